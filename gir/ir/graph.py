@@ -1,0 +1,151 @@
+"""GIR-Graph: gOperators as nodes of a networkx DiGraph, memory slices on the edges,
+wrapped by one parallel primitive.
+
+The builder records gOperators in program order and derives the edges from it: a read
+depends on the last gOperator that wrote or synced the same buffer (the edge carries the
+read slice), and a write waits for earlier readers and writers of its buffer. Deriving edges
+instead of asking callers for them means a missing Sync shows up as a direct writer->reader
+edge, which is exactly what the interpreter's race check and sync insertion look for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import networkx as nx
+
+from .affine import ParallelPrimitive
+from .gops import GOp, Sync
+from .slices import Buffer, Slice
+from .target import DRAM, Target
+
+
+@dataclass
+class GIRGraph:
+    name: str
+    prim: ParallelPrimitive
+    target: Target
+    buffers: dict[str, Buffer] = field(default_factory=dict)
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    _next_id: int = 0
+
+    # -- building -------------------------------------------------------------------------
+    def buffer(self, name: str, level: str, size: int | tuple, dtype: str = "float32", role: str = "temp") -> Buffer:
+        if name in self.buffers:
+            raise ValueError(f"{self.name}: buffer {name!r} declared twice")
+        shape = tuple(size) if isinstance(size, tuple) else None
+        buf = Buffer(name, level, prod(shape) if shape is not None else int(size), dtype, role,
+                     shape if level == DRAM else None)
+        if role != "temp" and level != DRAM:
+            raise ValueError(f"{self.name}: only DRAM buffers can be model {role}s ({name})")
+        self.buffers[name] = buf
+        return buf
+
+    def add(self, op: GOp) -> int:
+        """Append a gOperator in program order; returns its node id."""
+        for s in self._slices(op):
+            if s.buffer not in self.buffers:
+                raise KeyError(f"{self.name}: {op.kind} uses undeclared buffer {s.buffer!r}")
+            for expr in (s.offset, *[l for l in s.limits if l is not None]):
+                self.prim.check_variables(expr)
+        node = self._next_id
+        self._next_id += 1
+        self.graph.add_node(node, op=op, order=float(node))
+        self._rebuild_edges()
+        return node
+
+    # -- program order and queries ------------------------------------------------------
+    def order(self) -> list[int]:
+        """Deterministic topological order: program order among independent nodes."""
+        return list(nx.lexicographical_topological_sort(self.graph, key=lambda n: self.graph.nodes[n]["order"]))
+
+    def ops(self) -> list[tuple[int, GOp]]:
+        return [(n, self.graph.nodes[n]["op"]) for n in self.order()]
+
+    def op(self, node: int) -> GOp:
+        return self.graph.nodes[node]["op"]
+
+    def role_buffers(self, role: str) -> list[Buffer]:
+        return [b for b in self.buffers.values() if b.role == role]
+
+    def __len__(self):
+        return self.graph.number_of_nodes()
+
+    # -- mutation (for rewrites) --------------------------------------------------------
+    def replace(self, node: int, op: GOp) -> None:
+        self.graph.nodes[node]["op"] = op
+        self._rebuild_edges()
+
+    def remove(self, node: int) -> None:
+        self.graph.remove_node(node)
+        self._rebuild_edges()
+
+    def insert_after(self, anchor: int, op: GOp) -> int:
+        """Insert right after `anchor` in program order."""
+        orders = sorted(self.graph.nodes[n]["order"] for n in self.graph)
+        here = self.graph.nodes[anchor]["order"]
+        later = [o for o in orders if o > here]
+        node = self._next_id
+        self._next_id += 1
+        self.graph.add_node(node, op=op, order=(here + later[0]) / 2 if later else here + 1)
+        self._rebuild_edges()
+        return node
+
+    def insert_before(self, anchor: int, op: GOp) -> int:
+        orders = sorted(self.graph.nodes[n]["order"] for n in self.graph)
+        here = self.graph.nodes[anchor]["order"]
+        earlier = [o for o in orders if o < here]
+        node = self._next_id
+        self._next_id += 1
+        self.graph.add_node(node, op=op, order=(here + earlier[-1]) / 2 if earlier else here - 1)
+        self._rebuild_edges()
+        return node
+
+    def copy(self) -> "GIRGraph":
+        return GIRGraph(self.name, self.prim, self.target, dict(self.buffers), self.graph.copy(), self._next_id)
+
+    # -- edges ----------------------------------------------------------------------------
+    @staticmethod
+    def _slices(op: GOp) -> list[Slice]:
+        if isinstance(op, Sync):
+            return [op.slice]
+        return [*op.reads(), *op.writes()]
+
+    def _rebuild_edges(self) -> None:
+        self.graph.remove_edges_from(list(self.graph.edges))
+        last_writer: dict[str, int] = {}
+        readers: dict[str, list[int]] = {}
+        by_order = sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["order"])
+        for node in by_order:
+            op = self.graph.nodes[node]["op"]
+            reads = [op.slice] if isinstance(op, Sync) else list(op.reads())
+            writes = [op.slice] if isinstance(op, Sync) else list(op.writes())
+            for s in reads:
+                src = last_writer.get(s.buffer)
+                if src is not None and src != node:
+                    self._edge(src, node, "raw", s)
+                readers.setdefault(s.buffer, []).append(node)
+            for s in writes:
+                for r in readers.get(s.buffer, []):
+                    if r != node:
+                        self._edge(r, node, "war", s)
+                src = last_writer.get(s.buffer)
+                if src is not None and src != node:
+                    self._edge(src, node, "waw", s)
+                last_writer[s.buffer] = node
+                readers[s.buffer] = []
+
+    def _edge(self, a: int, b: int, kind: str, s: Slice) -> None:
+        if self.graph.has_edge(a, b):
+            data = self.graph.edges[a, b]
+            if kind == "raw" and data["kind"] != "raw":
+                data.update(kind=kind, slice=s)
+            return
+        self.graph.add_edge(a, b, kind=kind, slice=s)
+
+    def producers(self, node: int) -> list[int]:
+        """Nodes whose writes this node reads (dataflow predecessors)."""
+        return [p for p in self.graph.predecessors(node) if self.graph.edges[p, node]["kind"] == "raw"]
+
+    def consumers(self, node: int) -> list[int]:
+        return [c for c in self.graph.successors(node) if self.graph.edges[node, c]["kind"] == "raw"]

@@ -1,0 +1,119 @@
+"""Static checks of a GIR-Graph: every problem is collected and reported at once, each naming
+the gOperator and slice involved, so a template or rewrite bug is found where it is made."""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from .access import output_lanes
+from .dtypes import accumulator, itemsize
+from .gops import COMPUTE, Broadcast, Elementwise, Move, Reduce, Sync
+from .graph import GIRGraph
+from .target import REGISTER, SCOPE_NAMES, SHARED
+
+
+class GraphError(ValueError):
+    """A GIR-Graph that breaks an IR rule; the message lists every problem found."""
+
+
+def register_bytes_per_lane(graph: GIRGraph) -> int:
+    """Peak register bytes one lane holds, over the program order (buffers live from first
+    write to last read)."""
+    order = graph.order()
+    first, last, per_lane = {}, {}, {}
+    lanes = graph.target.lanes_per_unit
+    for pos, node in enumerate(order):
+        op = graph.op(node)
+        if isinstance(op, Sync):
+            continue
+        for s in op.reads():
+            last[s.buffer] = pos
+        for s in op.writes():
+            buf = graph.buffers[s.buffer]
+            if buf.level != REGISTER:
+                continue
+            first.setdefault(s.buffer, pos)
+            last.setdefault(s.buffer, pos)
+            held = s.size if op.uniform else int(np.bincount(output_lanes(op, lanes)).max())
+            per_lane[s.buffer] = max(per_lane.get(s.buffer, 0), held * itemsize(buf.dtype))
+    peak = 0
+    for pos in range(len(order)):
+        live = sum(per_lane[b] for b in per_lane if first[b] <= pos <= last.get(b, first[b]))
+        peak = max(peak, live)
+    return peak
+
+
+def shared_bytes_per_block(graph: GIRGraph) -> int:
+    return sum(b.nbytes for b in graph.buffers.values() if b.level == SHARED)
+
+
+def validate(graph: GIRGraph) -> None:
+    problems: list[str] = []
+    tgt, prim = graph.target, graph.prim
+    if not nx.is_directed_acyclic_graph(graph.graph):
+        problems.append("the dataflow graph has a cycle")
+    if prim.units_per_block > tgt.max_units_per_block:
+        problems.append(f"{prim.units_per_block} units per block exceed {tgt.name}'s {tgt.max_units_per_block}")
+    env = prim.env()
+    for node, op in graph.ops():
+        where = f"#{node} {op.kind}"
+        slices = [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]
+        for s in slices:
+            buf = graph.buffers[s.buffer]
+            if not tgt.has_level(buf.level):
+                problems.append(f"{where}: {tgt.name} has no {buf.level} memory ({s.buffer})")
+                continue
+            addrs, valid = s.addresses(env), s.valid(env)
+            oob = valid & ((addrs < 0) | (addrs >= buf.size))
+            if oob.any():
+                u, e = map(int, np.argwhere(oob)[0])
+                problems.append(f"{where}: {s} reaches address {int(addrs[u, e])} outside {s.buffer}[0:{buf.size}] at unit {u}")
+        if not isinstance(op, Sync):
+            for s in op.writes():
+                if graph.buffers[s.buffer].role in ("input", "const"):
+                    problems.append(f"{where}: writes model {graph.buffers[s.buffer].role} {s.buffer!r}")
+        problems += [f"{where}: {p}" for p in _op_rules(graph, op)]
+    if tgt.has_level(REGISTER):
+        regs = register_bytes_per_lane(graph)
+        if regs > tgt.register_bytes_per_lane:
+            problems.append(f"needs {regs} register bytes per lane, {tgt.name} has {tgt.register_bytes_per_lane}")
+    smem = shared_bytes_per_block(graph)
+    if smem > tgt.shared_bytes_per_block:
+        problems.append(f"needs {smem} bytes of shared memory per block, {tgt.name} has {tgt.shared_bytes_per_block}")
+    if problems:
+        raise GraphError(f"{graph.name}: invalid GIR-Graph:\n  " + "\n  ".join(problems))
+
+
+def _op_rules(graph: GIRGraph, op) -> list[str]:
+    bufs, out = graph.buffers, []
+    if isinstance(op, Sync):
+        level = bufs[op.slice.buffer].level
+        if graph.target.has_level(level) and op.scope > graph.target.level(level).scope:
+            out.append(f"Sync({SCOPE_NAMES[op.scope]}) on {level} memory, which is shared only within a "
+                       f"{SCOPE_NAMES[graph.target.level(level).scope]}")
+        return out
+    if isinstance(op, COMPUTE):
+        for s in (*op.reads(), *op.writes()):
+            if bufs[s.buffer].level != REGISTER:
+                out.append(f"computes on {bufs[s.buffer].level} slice {s}; computation reads and writes registers")
+    if isinstance(op, Move):
+        if op.src.size != op.dst.size:
+            out.append(f"moves {op.src.size} elements into a slice of {op.dst.size}")
+        if bufs[op.src.buffer].dtype != bufs[op.dst.buffer].dtype:
+            out.append(f"moves {bufs[op.src.buffer].dtype} into {bufs[op.dst.buffer].dtype}; conversions are Elementwise casts")
+    elif isinstance(op, Elementwise):
+        for i, s in enumerate(op.inputs):
+            if s.size != op.out.size:
+                out.append(f"input {i} has {s.size} elements, output {op.out.size}")
+    elif isinstance(op, Reduce):
+        if op.src.size % op.dst.size:
+            out.append(f"reduces {op.src.size} elements into {op.dst.size}, not a whole group each")
+        src_t, dst_t = bufs[op.src.buffer].dtype, bufs[op.dst.buffer].dtype
+        if dst_t not in (src_t, accumulator(src_t)):
+            out.append(f"reduces {src_t} into {dst_t}")
+    elif isinstance(op, Broadcast):
+        if op.dst.size % op.src.size:
+            out.append(f"broadcasts {op.src.size} elements into {op.dst.size}")
+        if bufs[op.src.buffer].dtype != bufs[op.dst.buffer].dtype:
+            out.append("broadcast changes dtype")
+    return out
