@@ -4,3 +4,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+# HIP compiler: Debian 12's ROCm 5.2 hiprtc (lives in libamdhip64.so.5; gir/backends/hip/compiler.py
+# points hip-python at it, so no symlink or LD_LIBRARY_PATH is needed), and g++ with OpenMP for the
+# CPU harness that runs emitted CUDA/HIP kernels. apt-get update only when a package is unknown.
+pkgs=(g++ hipcc libamdhip64-dev libhiprtc-builtins5 rocm-device-libs libamd-comgr2)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    apt-cache show "${missing[@]}" >/dev/null 2>&1 || $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+python3 - <<'PY'
+from gir.backends.cuda.compiler import compile_cuda
+from gir.backends.hip.compiler import compile_hip
+src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
+compile_cuda(src, "sm_90")
+compile_hip(src, "gfx90a")
+print("setup.sh: NVRTC (sm_90) and hiprtc (gfx90a) compile")
+PY

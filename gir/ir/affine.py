@@ -10,6 +10,7 @@ Variables: `u` global unit index, `w` unit index within its block, `b` linear bl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -57,6 +58,19 @@ class Affine:
     @property
     def is_const(self) -> bool:
         return not self.terms
+
+    def substitute(self, mapping: dict[str, "Affine"]) -> "Affine":
+        """Replace variables by affine expressions (e.g. u -> b * units_per_block + w)."""
+        out = Affine(self.const)
+        for name, coef in self.terms:
+            out = out + (mapping[name] * coef if name in mapping else Affine(0, ((name, coef),)))
+        return out
+
+    def split(self, names: set[str]) -> tuple["Affine", "Affine"]:
+        """(part over `names`, the rest including the constant)."""
+        inside = tuple((n, c) for n, c in self.terms if n in names)
+        outside = tuple((n, c) for n, c in self.terms if n not in names)
+        return Affine(0, inside), Affine(self.const, outside)
 
     def eval(self, env: dict):
         """Value for every unit at once: env maps each variable to an array over units."""
@@ -106,12 +120,25 @@ class ParallelPrimitive:
         return self.num_blocks * self.units_per_block
 
     def env(self) -> dict[str, np.ndarray]:
+        return _env(self)
+
+    def _build_env(self) -> dict[str, np.ndarray]:
         u = np.arange(self.num_units, dtype=np.int64)
         b = u // self.units_per_block
         env = {"u": u, "w": u % self.units_per_block, "b": b}
         for i, coord in enumerate(np.unravel_index(b, self.grid)):
             env[f"b{i}"] = coord.astype(np.int64)
         return env
+
+    def block_variables(self) -> set[str]:
+        return {f"b{i}" for i in range(len(self.grid))}
+
+    def normalize(self, expr: Affine) -> Affine:
+        """Rewrite in block coordinates and `w` only, so block and unit parts separate."""
+        b = Affine(0)
+        for i in range(len(self.grid)):
+            b = b + block_coord(i) * prod(self.grid[i + 1:])
+        return expr.substitute({"b": b}).substitute({"u": b * self.units_per_block + W})
 
     def check_variables(self, expr: Affine) -> None:
         allowed = {"u", "w", "b"} | {f"b{i}" for i in range(len(self.grid))}
@@ -121,3 +148,12 @@ class ParallelPrimitive:
 
     def __str__(self):
         return f"grid={self.grid} x {self.units_per_block} units/block ({self.num_units} units)"
+
+
+@lru_cache(maxsize=64)
+def _env(prim: ParallelPrimitive) -> dict[str, np.ndarray]:
+    """Index arrays per primitive, built once: every analysis asks for them repeatedly."""
+    env = prim._build_env()
+    for arr in env.values():
+        arr.flags.writeable = False
+    return env

@@ -24,7 +24,14 @@ REDUCE_OPS = ("sum", "max", "min", "prod")
 _IDENTITY = {"sum": 0.0, "max": -np.inf, "min": np.inf, "prod": 1.0}
 
 
-def reduce_identity(op: str) -> float:
+def reduce_identity(op: str, dtype: str = "float32"):
+    """Neutral element of a reduction in a given dtype (masked-off elements read as this)."""
+    dt = np.dtype(dtype)
+    if dt.kind in "iu" and op in ("max", "min"):
+        info = np.iinfo(dt)
+        return int(info.min if op == "max" else info.max)
+    if dt.kind == "b" and op in ("max", "min"):
+        return op == "min"
     return _IDENTITY[op]
 
 
@@ -187,6 +194,34 @@ class Broadcast(GOp):
 
     def __str__(self):
         return f"Broadcast({self.mode}) {self.src} -> {self.dst}{self._lanes_text()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gather(GOp):
+    """Data movement with one level of indirection (ONNX Gather, embedding lookups):
+    dst[k] = src.buffer[src.address(k) + wrap(index[k // g]) * stride], g = dst.size // index.size,
+    where wrap adds `extent` to negative indices. `index` is a register slice of integers."""
+    src: Slice = None
+    index: Slice = None
+    dst: Slice = None
+    stride: int = 1
+    extent: int = 1
+
+    @property
+    def group(self) -> int:
+        return self.dst.size // self.index.size
+
+    def reads(self): return (self.src, self.index)
+    def writes(self): return (self.dst,)
+
+    def source_index(self, read_index, k):
+        return k if read_index == 0 else k // self.group
+
+    def with_slices(self, m):
+        return replace(self, src=m.get(self.src, self.src), index=m.get(self.index, self.index), dst=m.get(self.dst, self.dst))
+
+    def __str__(self):
+        return f"Gather {self.src} + {self.index} * {self.stride} -> {self.dst}{self._lanes_text()}"
 
 
 COMPUTE = (Elementwise, Reduce, Broadcast)

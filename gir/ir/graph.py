@@ -46,7 +46,7 @@ class GIRGraph:
         for s in self._slices(op):
             if s.buffer not in self.buffers:
                 raise KeyError(f"{self.name}: {op.kind} uses undeclared buffer {s.buffer!r}")
-            for expr in (s.offset, *[l for l in s.limits if l is not None]):
+            for expr in (s.offset, *s.bounds):
                 self.prim.check_variables(expr)
         node = self._next_id
         self._next_id += 1

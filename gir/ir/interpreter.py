@@ -19,7 +19,7 @@ import numpy as np
 from .access import ALL_LANES, HOST, UNWRITTEN, needed_scope, read_pairs, storage_index, output_lanes
 from .dtypes import accumulator, np_dtype
 from .expr import evaluate
-from .gops import Broadcast, Elementwise, Move, Reduce, Sync, reduce_identity
+from .gops import Broadcast, Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from .graph import GIRGraph
 from .slices import Buffer, Slice
 from .target import DRAM, REGISTER, SCOPE_NAMES
@@ -104,9 +104,9 @@ class Interpreter:
             st.unit[:] = HOST
         return st
 
-    def _addresses(self, s: Slice, what: str, node: int):
+    def _addresses(self, s: Slice, what: str, node: int, shift: np.ndarray | None = None):
         st = self.mem[s.buffer]
-        addrs = s.addresses(self.env)
+        addrs = s.addresses(self.env) if shift is None else s.addresses(self.env) + shift
         valid = s.valid(self.env)
         bad = valid & ((addrs < 0) | (addrs >= st.buf.size))
         if bad.any():
@@ -115,8 +115,8 @@ class Interpreter:
                                    f"address {int(addrs[u, e])} not in [0, {st.buf.size})")
         return st, np.where(valid, addrs, 0), valid
 
-    def _gather(self, node: int, op, i: int, s: Slice):
-        st, addrs, valid = self._addresses(s, "reads", node)
+    def _gather(self, node: int, op, i: int, s: Slice, shift: np.ndarray | None = None):
+        st, addrs, valid = self._addresses(s, "reads", node, shift)
         idx = storage_index(st.buf, addrs, self.env)
         values = st.data[idx]
         defined = st.unit[idx] != UNWRITTEN
@@ -177,6 +177,8 @@ class Interpreter:
     def _execute(self, node: int, op) -> None:
         if isinstance(op, Sync):
             return self._sync(node, op)
+        if isinstance(op, Gather):
+            return self._indirect(node, op)
         reads = [self._gather(node, op, i, s) for i, s in enumerate(op.reads())]
         if isinstance(op, Move):
             values, valid, defined = reads[0]
@@ -192,7 +194,7 @@ class Interpreter:
             src = op.source_index(0, k)
             return self._scatter(node, op, values[:, src], (defined & valid)[:, src])
         if isinstance(op, Elementwise):
-            arrays = [r[0] for r in reads]
+            arrays = [r[0].astype(np.float32) if r[0].dtype == np.float16 else r[0] for r in reads]
             defined = np.logical_and.reduce([r[1] & r[2] for r in reads]) if reads else np.ones((self.units, op.out.size), bool)
             out = evaluate(op.expr, arrays, op.compute_dtype) if arrays else evaluate(op.expr, [], op.compute_dtype)
             out = np.broadcast_to(out, (self.units, op.out.size))
@@ -202,14 +204,27 @@ class Interpreter:
             return self._reduce(node, op, *reads[0])
         raise InterpreterError(f"{self.g.name}: no interpreter rule for gOperator {op.kind}")
 
+    def _indirect(self, node, op: Gather):
+        index, ivalid, idefined = self._gather(node, op, 1, op.index)
+        if not (ivalid & idefined).all():
+            raise InterpreterError(f"{self.g.name}: gOperator #{node} Gather uses undefined indices from {op.index}")
+        index = index.astype(np.int64)
+        index = np.where(index < 0, index + op.extent, index)
+        if ((index < 0) | (index >= op.extent)).any():
+            bad = int(index[(index < 0) | (index >= op.extent)][0])
+            raise InterpreterError(f"{self.g.name}: gOperator #{node} Gather index {bad} outside [-{op.extent}, {op.extent})")
+        shift = index[:, np.arange(op.dst.size) // op.group] * op.stride
+        values, valid, defined = self._gather(node, op, 0, op.src, shift)
+        return self._scatter(node, op, values, defined & valid)
+
     def _reduce(self, node, op: Reduce, values, valid, defined):
+        acc = np_dtype(accumulator(self.g.buffers[op.dst.buffer].dtype))
         bad = valid & ~defined
         if bad.any():
             u, e = map(int, np.argwhere(bad)[0])
             raise InterpreterError(f"{self.g.name}: gOperator #{node} Reduce({op.op}) reads an undefined element {e} "
-                                   f"of {op.src} at unit {u} (a masked load needs fill={reduce_identity(op.op)})")
-        acc = np_dtype(accumulator(self.g.buffers[op.dst.buffer].dtype))
-        x = np.where(valid, values.astype(acc), np.asarray(reduce_identity(op.op)).astype(acc))
+                                   f"of {op.src} at unit {u} (a masked load needs fill={reduce_identity(op.op, acc.name)})")
+        x = np.where(valid, values.astype(acc), np.asarray(reduce_identity(op.op, acc.name)).astype(acc))
         x = x.reshape(self.units, op.dst.size, op.group)
         out = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op.op](x, axis=2)
         self.stats.flops += op.src.size * self.units

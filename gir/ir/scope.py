@@ -9,22 +9,44 @@ device -> DRAM and a kernel boundary
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .access import ALL_LANES, UNWRITTEN, needed_scope, output_lanes, read_pairs, storage_index
 from .graph import GIRGraph
-from .target import LANE, REGISTER, SHARED
+from .target import LANE, REGISTER, SHARED, UNIT
 
 
 def required_scope(graph: GIRGraph, writer: int, reader: int) -> int:
     """Widest scope needed over every element `reader` reads from what `writer` wrote."""
     wop, rop = graph.op(writer), graph.op(reader)
-    env, lanes_per_unit = graph.prim.env(), graph.target.lanes_per_unit
-    units, upb = graph.prim.num_units, graph.prim.units_per_block
+    shared = {s.buffer for s in wop.writes()} & {s.buffer for s in rop.reads()}
+    if not shared:
+        return LANE
+    buffers = tuple(sorted((name, graph.buffers[name]) for name in shared))
+    return _required_scope(wop, rop, graph.prim, graph.target.lanes_per_unit, buffers)
+
+
+@lru_cache(maxsize=4096)
+def _required_scope(wop, rop, prim, lanes_per_unit: int, buffers: tuple) -> int:
+    """Cached on the gOperators themselves (immutable): rewrites re-ask about unchanged pairs."""
+    bufs = dict(buffers)
+    same = _same_elements_same_lanes(wop, rop, lanes_per_unit, bufs)
+    if same is not None:
+        return same
+    if all(b.level == REGISTER for b in bufs.values()):
+        fast = _register_scope(wop, rop, lanes_per_unit, bufs)
+        if fast is not None:
+            return fast
+    env = prim.env()
+    units, upb = prim.num_units, prim.units_per_block
     scope = LANE
     for ws in wop.writes():
-        buf = graph.buffers[ws.buffer]
-        rows = units if buf.level == REGISTER else graph.prim.num_blocks if buf.level == SHARED else None
+        if ws.buffer not in bufs:
+            continue
+        buf = bufs[ws.buffer]
+        rows = units if buf.level == REGISTER else prim.num_blocks if buf.level == SHARED else None
         shape = (buf.size,) if rows is None else (rows, buf.size)
         w_unit = np.full(shape, UNWRITTEN, dtype=np.int64)
         w_lane = np.full(shape, ALL_LANES, dtype=np.int64)
@@ -45,3 +67,76 @@ def required_scope(graph: GIRGraph, writer: int, reader: int) -> int:
             if mask.any():
                 scope = max(scope, int(need[mask].max()))
     return scope
+
+
+def _same_elements_same_lanes(wop, rop, lanes_per_unit: int, bufs: dict) -> int | None:
+    """The common case after merging: the reader reads exactly the slice the writer wrote, each
+    element in the lane that wrote it. Then every unit reads only its own lanes' data."""
+    writes = [ws for ws in wop.writes() if ws.buffer in bufs]
+    reads = [(i, rs) for i, rs in enumerate(rop.reads()) if rs.buffer in bufs]
+    if len(writes) != 1 or not reads:
+        return None
+    ws = writes[0]
+    w_lanes = output_lanes(wop, lanes_per_unit)
+    for i, rs in reads:
+        if rs != ws:
+            return None
+        j, lanes, _ = read_pairs(rop, i, lanes_per_unit)
+        if not (np.array_equal(w_lanes[j], lanes) or (w_lanes[j] == ALL_LANES).all()):
+            return None
+    return LANE
+
+
+def _register_scope(wop, rop, lanes_per_unit: int, bufs: dict) -> int | None:
+    """Registers never cross units, so only lanes matter; with unit-independent offsets one
+    unit stands for all. Masks are ignored, which can only widen the answer (conservative)."""
+    scope = LANE
+    for ws in wop.writes():
+        if ws.buffer not in bufs:
+            continue
+        reads = [(i, rs) for i, rs in enumerate(rop.reads()) if rs.buffer == ws.buffer]
+        if not ws.offset.is_const or not all(rs.offset.is_const for _, rs in reads):
+            return None
+        w_lane = np.full(bufs[ws.buffer].size, UNWRITTEN, dtype=np.int64)
+        addrs = ws.offset.const + ws.pattern
+        if addrs.min() < 0 or addrs.max() >= w_lane.size:
+            return None
+        w_lane[addrs] = output_lanes(wop, lanes_per_unit)
+        for i, rs in reads:
+            raddrs = rs.offset.const + rs.pattern
+            if raddrs.min() < 0 or raddrs.max() >= w_lane.size:
+                return None
+            j, lanes, _ = read_pairs(rop, i, lanes_per_unit)
+            wl = w_lane[raddrs][j]
+            written = wl != UNWRITTEN
+            same = (wl == lanes) | (wl == ALL_LANES)
+            if (written & ~same).any():
+                scope = max(scope, UNIT)
+    return scope
+
+
+def uncovered_reads(graph: GIRGraph) -> list[str]:
+    """Static race check: for every read, the widest Sync on its buffer between the writer and
+    the reader must cover the scope the pair needs. Returns one line per violation."""
+    from .gops import Sync  # local: gops does not depend on this module
+
+    order = graph.order()
+    pos = {n: i for i, n in enumerate(order)}
+    problems = []
+    for r in order:
+        rop = graph.op(r)
+        if isinstance(rop, Sync):
+            continue
+        for s in rop.reads():
+            for w in order[:pos[r]]:
+                wop = graph.op(w)
+                if isinstance(wop, Sync) or not any(ws.buffer == s.buffer for ws in wop.writes()):
+                    continue
+                between = [graph.op(n).scope for n in order[pos[w] + 1:pos[r]]
+                           if isinstance(graph.op(n), Sync) and graph.op(n).slice.buffer == s.buffer]
+                have = max(between, default=LANE)
+                need = required_scope(graph, w, r)
+                if need > have:
+                    problems.append(f"#{r} {rop.kind} reads {s.buffer} written by #{w} {wop.kind}: needs "
+                                    f"{('lane', 'unit', 'block', 'device')[need]} sync, has {('lane', 'unit', 'block', 'device')[have]}")
+    return problems

@@ -4,10 +4,13 @@ The paper's slice is `num` runs of `width` contiguous elements `stride` apart. W
 form (`Slice.runs`) and allow more nesting levels (shape + strides) because transposes,
 windows and broadcasts (stride 0) need two or more; the first-class 2-level case prints
 and emits as the paper's. Per-dimension limits mask the ragged edge of a tensor whose size is
-not a multiple of the tile: index i of dimension d is valid only while i < limits[d](unit).
+not a multiple of the tile: index i of dimension d is valid only while i < limits[d](unit),
+and, where `starts` are given, while i >= starts[d](unit) (the lower edge of a pad or of one
+input's part of a concatenation).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
@@ -53,7 +56,8 @@ class Slice:
     offset: Affine
     shape: tuple[int, ...]
     strides: tuple[int, ...]
-    limits: tuple = ()  # per dimension: Affine bound or None; empty = no masking
+    limits: tuple = ()  # per dimension: Affine upper bound or None; empty = no masking
+    starts: tuple = ()  # per dimension: Affine lower bound or None; empty = none
 
     def __post_init__(self):
         object.__setattr__(self, "offset", Affine.of(self.offset))
@@ -63,11 +67,14 @@ class Slice:
             raise ValueError(f"slice of {self.buffer}: shape {self.shape} and strides {self.strides} differ in rank")
         if any(s < 1 for s in self.shape):
             raise ValueError(f"slice of {self.buffer}: empty shape {self.shape}")
-        if self.limits:
-            if len(self.limits) != len(self.shape):
-                raise ValueError(f"slice of {self.buffer}: limits must give one bound per dimension")
-            limits = tuple(None if lim is None else Affine.of(lim) for lim in self.limits)
-            object.__setattr__(self, "limits", limits if any(l is not None for l in limits) else ())
+        for name in ("limits", "starts"):
+            bounds = getattr(self, name)
+            if not bounds:
+                continue
+            if len(bounds) != len(self.shape):
+                raise ValueError(f"slice of {self.buffer}: {name} must give one bound per dimension")
+            bounds = tuple(None if b is None else Affine.of(b) for b in bounds)
+            object.__setattr__(self, name, bounds if any(b is not None for b in bounds) else ())
 
     @classmethod
     def runs(cls, buffer: str, offset, num: int, width: int, stride: int | None = None,
@@ -86,7 +93,12 @@ class Slice:
 
     @property
     def is_masked(self) -> bool:
-        return bool(self.limits)
+        return bool(self.limits or self.starts)
+
+    @property
+    def bounds(self) -> list:
+        """Affine expressions a mask depends on (for variable checks)."""
+        return [b for b in (*self.limits, *self.starts) if b is not None]
 
     @cached_property
     def pattern(self) -> np.ndarray:
@@ -96,30 +108,37 @@ class Slice:
 
     def addresses(self, env: dict) -> np.ndarray:
         """(units, size) element addresses for every unit."""
-        base = np.broadcast_to(np.asarray(self.offset.eval(env), dtype=np.int64), env["u"].shape)
-        return base[:, None] + self.pattern[None, :]
+        return _cached(self, env, "addresses")
 
     def valid(self, env: dict) -> np.ndarray:
         """(units, size) mask of the elements inside the tensor's ragged edge."""
+        return _cached(self, env, "valid")
+
+    def _addresses(self, env: dict) -> np.ndarray:
+        base = np.broadcast_to(np.asarray(self.offset.eval(env), dtype=np.int64), env["u"].shape)
+        return base[:, None] + self.pattern[None, :]
+
+    def _valid(self, env: dict) -> np.ndarray:
         units = env["u"].shape[0]
         mask = np.ones((units, self.size), dtype=bool)
-        if not self.limits:
+        if not self.is_masked:
             return mask
         idx = np.indices(self.shape, dtype=np.int64).reshape(len(self.shape), -1)
-        for d, lim in enumerate(self.limits):
-            if lim is None:
-                continue
-            bound = np.broadcast_to(np.asarray(lim.eval(env), dtype=np.int64), (units,))
-            mask &= idx[d][None, :] < bound[:, None]
+        for bounds, below in ((self.limits, True), (self.starts, False)):
+            for d, b in enumerate(bounds):
+                if b is None:
+                    continue
+                value = np.broadcast_to(np.asarray(b.eval(env), dtype=np.int64), (units,))[:, None]
+                mask &= (idx[d][None, :] < value) if below else (idx[d][None, :] >= value)
         return mask
 
     def with_buffer(self, buffer: str) -> "Slice":
-        return Slice(buffer, self.offset, self.shape, self.strides, self.limits)
+        return Slice(buffer, self.offset, self.shape, self.strides, self.limits, self.starts)
 
     def same_pattern(self, other: "Slice") -> bool:
         """Same elements in the same order (used by read-after-write merging)."""
         return (self.buffer == other.buffer and self.offset == other.offset and self.limits == other.limits
-                and np.array_equal(self.pattern, other.pattern))
+                and self.starts == other.starts and np.array_equal(self.pattern, other.pattern))
 
     def __str__(self):
         dims = "x".join(map(str, self.shape))
@@ -127,4 +146,32 @@ class Slice:
         text = f"{self.buffer}[{self.offset}; {dims} @ {strides}]"
         if self.limits:
             text += " if idx < (" + ", ".join("-" if l is None else str(l) for l in self.limits) + ")"
+        if self.starts:
+            text += " if idx >= (" + ", ".join("-" if l is None else str(l) for l in self.starts) + ")"
         return text
+
+
+_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_CACHE_LIMIT = 256 << 20
+_cache_bytes = 0
+
+
+def _cached(s: Slice, env: dict, what: str) -> np.ndarray:
+    """Addresses and masks are asked for again and again by the analyses and rewrites; keep
+    the most recent ones (read-only) up to a memory budget. Entries hold the unit array they
+    were computed for, so its id cannot be reused by another primitive while they live."""
+    global _cache_bytes
+    units = env["u"]
+    key = (s.offset, s.shape, s.strides, s.limits, s.starts, id(units), what)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    value = s._addresses(env) if what == "addresses" else s._valid(env)
+    value.flags.writeable = False
+    _CACHE[key] = (units, value)
+    _cache_bytes += value.nbytes
+    while _cache_bytes > _CACHE_LIMIT and len(_CACHE) > 1:
+        _, (_, old) = _CACHE.popitem(last=False)
+        _cache_bytes -= old.nbytes
+    return value

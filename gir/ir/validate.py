@@ -2,6 +2,8 @@
 the gOperator and slice involved, so a template or rewrite bug is found where it is made."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import networkx as nx
 import numpy as np
 
@@ -47,6 +49,33 @@ def shared_bytes_per_block(graph: GIRGraph) -> int:
     return sum(b.nbytes for b in graph.buffers.values() if b.level == SHARED)
 
 
+def affine_range(expr, prim) -> tuple[int, int]:
+    """Exact min and max of an affine expression in block coordinates and w over the grid."""
+    extent = {f"b{i}": n for i, n in enumerate(prim.grid)} | {"w": prim.units_per_block}
+    lo = hi = expr.const
+    for name, coef in expr.terms:
+        top = coef * (extent[name] - 1)
+        lo, hi = lo + min(0, top), hi + max(0, top)
+    return lo, hi
+
+
+@lru_cache(maxsize=8192)
+def _out_of_bounds(s, size: int, prim) -> tuple[int, int] | None:
+    """First (unit, address) outside [0, size), or None; cached because rewrites re-validate
+    mostly unchanged slices."""
+    if not s.is_masked:
+        lo, hi = affine_range(prim.normalize(s.offset), prim)
+        if lo + int(s.pattern.min()) >= 0 and hi + int(s.pattern.max()) < size:
+            return None
+    env = prim.env()
+    addrs, valid = s.addresses(env), s.valid(env)
+    oob = valid & ((addrs < 0) | (addrs >= size))
+    if not oob.any():
+        return None
+    u, e = map(int, np.argwhere(oob)[0])
+    return u, int(addrs[u, e])
+
+
 def validate(graph: GIRGraph) -> None:
     problems: list[str] = []
     tgt, prim = graph.target, graph.prim
@@ -63,11 +92,9 @@ def validate(graph: GIRGraph) -> None:
             if not tgt.has_level(buf.level):
                 problems.append(f"{where}: {tgt.name} has no {buf.level} memory ({s.buffer})")
                 continue
-            addrs, valid = s.addresses(env), s.valid(env)
-            oob = valid & ((addrs < 0) | (addrs >= buf.size))
-            if oob.any():
-                u, e = map(int, np.argwhere(oob)[0])
-                problems.append(f"{where}: {s} reaches address {int(addrs[u, e])} outside {s.buffer}[0:{buf.size}] at unit {u}")
+            bad = _out_of_bounds(s, buf.size, prim)
+            if bad is not None:
+                problems.append(f"{where}: {s} reaches address {bad[1]} outside {s.buffer}[0:{buf.size}] at unit {bad[0]}")
         if not isinstance(op, Sync):
             for s in op.writes():
                 if graph.buffers[s.buffer].role in ("input", "const"):

@@ -1,0 +1,1 @@
+"""Backends: one folder per target (compiler call, launcher, emitter dialect)."""

@@ -1,0 +1,1 @@
+"""CUDA backend: NVRTC compiler and driver-API launcher."""

@@ -1,0 +1,18 @@
+"""Errors of the backend toolchains, shared so callers catch one class whatever the backend."""
+
+
+class CompileError(RuntimeError):
+    """A compiler rejected the source. The first line names the source and the target; the
+    compiler log follows, because that log is what the person fixing the emitter needs."""
+
+    def __init__(self, what: str, target: str, log: str):
+        self.what, self.target, self.log = what, target, log
+        super().__init__(f"{what}: compilation for {target} failed\n{log.rstrip()}")
+
+
+class ToolchainMissingError(RuntimeError):
+    """A compiler library is not installed; the one-line message says how to install it."""
+
+
+class NoDeviceError(RuntimeError):
+    """No GPU driver or device here: kernels compile but cannot be launched."""

@@ -1,0 +1,1 @@
+"""CPU harness that runs unchanged CUDA/HIP kernel source, for tests only."""

@@ -1,0 +1,1 @@
+"""HIP backend: hiprtc compiler and HIP launcher."""

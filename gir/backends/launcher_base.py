@@ -1,0 +1,84 @@
+"""The launch interface every GPU backend implements, and the argument packing they share.
+
+Why one interface: the runtime and the GPU tests drive CUDA and HIP the same way (load a
+compiled binary, move arrays, launch, synchronise). Scalars must carry an explicit C type
+(np.int32(n), np.float32(x), ctypes.c_int(n)): on a GPU nothing checks the kernel's signature,
+and a wrong width silently corrupts every later argument.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DeviceBuffer:
+    ptr: int
+    nbytes: int
+
+
+def c_arg(i: int, value):
+    """The ctypes object whose bytes are the kernel parameter."""
+    if isinstance(value, DeviceBuffer):
+        return ctypes.c_void_p(value.ptr)
+    if isinstance(value, (ctypes._SimpleCData, ctypes.Structure)):
+        return value
+    if isinstance(value, np.generic):
+        if value.dtype == np.float16:  # __half: no ctypes type, same bits
+            return ctypes.c_uint16(int(value.view(np.uint16)))
+        return np.ctypeslib.as_ctypes_type(value.dtype)(value.item())
+    raise TypeError(f"kernel argument {i}: give scalars an explicit C type (np.int32(n), np.float32(x)); "
+                    f"got {type(value).__name__}")
+
+
+class Launcher:
+    """load(binary, kernel_name) -> kernel; alloc/free/upload/download; launch; synchronize."""
+
+    arch: str | None = None  # the device's compile target, e.g. "sm_90" or "gfx90a"
+
+    def load(self, binary, kernel_name: str):
+        raise NotImplementedError
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        raise NotImplementedError
+
+    def free(self, buf: DeviceBuffer) -> None:
+        raise NotImplementedError
+
+    def upload(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def download(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def launch(self, kernel, grid, block, shared_bytes: int, args: list) -> None:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        raise NotImplementedError
+
+    def run(self, kernel, grid, block, args: list, shared_bytes: int = 0) -> None:
+        """Like the CPU harness's run_kernel: numpy arrays are uploaded, and downloaded back
+        into the writeable ones after the kernel finished."""
+        bufs: dict[int, DeviceBuffer] = {}
+        try:
+            for a in args:
+                if isinstance(a, np.ndarray) and id(a) not in bufs:
+                    bufs[id(a)] = self.alloc(max(a.nbytes, 1))
+                    self.upload(bufs[id(a)], np.ascontiguousarray(a))
+            self.launch(kernel, grid, block, shared_bytes,
+                        [bufs[id(a)] if isinstance(a, np.ndarray) else a for a in args])
+            self.synchronize()
+            for a in args:
+                if isinstance(a, np.ndarray) and a.flags.writeable:
+                    self.download(bufs[id(a)], a)
+        finally:
+            for b in bufs.values():
+                self.free(b)
+
+
+def dims3(shape) -> tuple[int, int, int]:
+    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    return (shape + (1, 1))[:3]

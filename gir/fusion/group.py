@@ -1,0 +1,78 @@
+"""Fusing a group of basic operators into one GIR-Graph: pick one candidate per operator so
+that all share a parallel primitive, merge them, rewrite, and keep the best result.
+
+"Best" is measured, not guessed: fewest DRAM bytes after rewriting, then fewest device syncs
+(kernel boundaries), then fewest gOperators. The graph-level search ranks with the
+performance model instead; this is the exhaustive inner step it calls per group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gir.frontend.basic import BasicGraph, BasicOp
+from gir.ir import DEVICE, GIRGraph, Sync
+from gir.ir.cost import level_bytes
+from gir.ir.target import Target
+from gir.rewrite import Step, optimize
+from gir.templates import Candidate, candidates
+
+from .merge import merge_graphs
+
+
+class FusionError(ValueError):
+    pass
+
+
+@dataclass
+class Fused:
+    ops: list[BasicOp]
+    chosen: list[Candidate]
+    merged: GIRGraph
+    graph: GIRGraph
+    log: list[Step] = field(default_factory=list)
+    explored: int = 0
+
+    @property
+    def device_syncs(self) -> int:
+        return sum(1 for _, op in self.graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
+
+
+def escaping_tensors(graph: BasicGraph, ops: list[BasicOp]) -> set[str]:
+    """Tensors the group writes that someone outside it (or the model's caller) reads."""
+    inside = {id(op) for op in ops}
+    written = {t for op in ops for t in op.outputs}
+    used_outside = {t for op in graph.ops if id(op) not in inside for t in op.inputs}
+    return {t for t in written if t in used_outside or t in graph.outputs}
+
+
+def common_structures(per_op: list[list[Candidate]]) -> list[list[Candidate]]:
+    """For each parallel primitive every operator offers, the first such candidate per op."""
+    prims = None
+    for cands in per_op:
+        offered = {c.graph.prim for c in cands}
+        prims = offered if prims is None else prims & offered
+    choices = []
+    for c0 in per_op[0]:
+        if c0.graph.prim in prims and all(c.graph.prim != c0.graph.prim for c in (ch[0] for ch in choices)):
+            choices.append([next(c for c in cands if c.graph.prim == c0.graph.prim) for cands in per_op])
+    return choices
+
+
+def fuse(graph: BasicGraph, ops: list[BasicOp], target: Target, limit: int = 8) -> Fused:
+    per_op = [candidates(op, graph.tensors, target).candidates for op in ops]
+    choices = common_structures(per_op)
+    if not choices:
+        raise FusionError(f"{graph.model_name}: no parallel structure common to {[op.name for op in ops]}")
+    escaping = escaping_tensors(graph, ops)
+    best, explored = None, 0
+    for chosen in choices[:limit]:
+        merged = merge_graphs("+".join(op.name for op in ops), [c.graph for c in chosen], escaping)
+        optimized, log = optimize(merged)
+        explored += 1
+        fused = Fused(ops, chosen, merged, optimized, log)
+        traffic = level_bytes(optimized)
+        key = (traffic["read"] + traffic["write"], fused.device_syncs, len(optimized))
+        if best is None or key < best[0]:
+            best = (key, fused)
+    best[1].explored = explored
+    return best[1]

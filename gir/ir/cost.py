@@ -1,0 +1,55 @@
+"""Static traffic counts of a GIR-Graph (no execution): what the rewrites must not increase and
+what reports compare against the compulsory bound."""
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import itemsize
+from .gops import Gather, Sync
+from .graph import GIRGraph
+from .target import DRAM
+
+
+def level_bytes(graph: GIRGraph, level: str = DRAM) -> dict[str, int]:
+    """Bytes read and written at `level`, summed over units (every access counts)."""
+    env = graph.prim.env()
+    totals = {"read": 0, "write": 0}
+    for _, op in graph.ops():
+        if isinstance(op, Sync):
+            continue
+        for key, slices in (("read", op.reads()), ("write", op.writes())):
+            for s in slices:
+                buf = graph.buffers[s.buffer]
+                if buf.level == level:
+                    count = s.size * graph.prim.num_units if not s.is_masked else int(s.valid(env).sum())
+                    totals[key] += count * itemsize(buf.dtype)
+    return totals
+
+
+def dram_footprint(graph: GIRGraph) -> dict[str, int]:
+    """Distinct DRAM bytes read and written: the traffic of a kernel whose repeated reads of
+    one element (a broadcast bias, say) hit in cache. A Gather's data-dependent reads count
+    once per gathered element (no data here to tell repeated indices apart)."""
+    env = graph.prim.env()
+    seen: dict[tuple[str, str], list] = {}
+    out = {"read": 0, "write": 0}
+    for _, op in graph.ops():
+        if isinstance(op, Sync):
+            continue
+        for key, slices in (("read", op.reads()), ("write", op.writes())):
+            for s in slices:
+                buf = graph.buffers[s.buffer]
+                if buf.level != DRAM:
+                    continue
+                if isinstance(op, Gather) and s is op.src:
+                    out[key] += int(op.dst.valid(env).sum()) * itemsize(buf.dtype)
+                    continue
+                seen.setdefault((key, s.buffer), []).append(s.addresses(env)[s.valid(env)])
+    for (key, name), chunks in seen.items():
+        out[key] += len(np.unique(np.concatenate(chunks))) * itemsize(graph.buffers[name].dtype)
+    return out
+
+
+def compulsory_bytes(graph: GIRGraph) -> int:
+    """Each external input and constant read once, each output written once."""
+    return sum(b.nbytes for b in graph.buffers.values() if b.level == DRAM and b.role in ("input", "const", "output"))

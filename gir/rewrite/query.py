@@ -1,0 +1,48 @@
+"""Graph queries the rewrite rules share: who writes, reads and syncs a buffer, and slice
+substitution over whole gOperators."""
+from __future__ import annotations
+
+import numpy as np
+
+from gir.ir import GIRGraph, Slice, Sync
+from gir.ir.gops import GOp
+
+
+def slices_of(op: GOp) -> list[Slice]:
+    return [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]
+
+
+def writers(g: GIRGraph, buffer: str) -> list[int]:
+    return [n for n, op in g.ops() if not isinstance(op, Sync) and any(s.buffer == buffer for s in op.writes())]
+
+
+def readers(g: GIRGraph, buffer: str) -> list[int]:
+    return [n for n, op in g.ops() if not isinstance(op, Sync) and any(s.buffer == buffer for s in op.reads())]
+
+
+def syncs(g: GIRGraph, buffer: str) -> list[int]:
+    return [n for n, op in g.ops() if isinstance(op, Sync) and op.slice.buffer == buffer]
+
+
+def retarget(op: GOp, old: str, new: str, shift=None) -> GOp:
+    """`op` with every slice of buffer `old` moved to `new` (offsets shifted by `shift`)."""
+    mapping = {}
+    for s in slices_of(op):
+        if s.buffer == old:
+            offset = s.offset if shift is None else s.offset + shift
+            mapping[s] = Slice(new, offset, s.shape, s.strides, s.limits, s.starts)
+    return op.with_slices(mapping)
+
+
+def is_dense(s: Slice) -> bool:
+    """Elements in order at offsets 0..size-1 from the slice offset, unmasked."""
+    return not s.is_masked and np.array_equal(s.pattern, np.arange(s.size))
+
+
+def whole(g: GIRGraph, s: Slice) -> bool:
+    """The slice is its whole register buffer, in order."""
+    return is_dense(s) and s.offset.is_const and s.offset.const == 0 and g.buffers[s.buffer].size == s.size
+
+
+def position(g: GIRGraph, node: int) -> float:
+    return g.graph.nodes[node]["order"]

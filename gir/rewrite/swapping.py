@@ -1,0 +1,103 @@
+"""gOperator swapping: an Elementwise moves forward (never backward, so the greedy loop ends).
+
+- past a Reduce it commutes with: sum(c * x) = c * sum(x); max/min(f(x)) = f(max/min(x)) for
+  a non-decreasing f. The Elementwise then runs once per output instead of once per input;
+- past a Broadcast of its result: the Broadcast moves its inputs instead, and the Elementwise
+  lands next to the Elementwise that reads the broadcast, where merging fuses the two.
+"""
+from __future__ import annotations
+
+from gir.ir import REGISTER, Broadcast, Elementwise, Reduce, Slice, Sync
+from gir.ir.expr import Call, Const, Input
+
+from .query import readers, retarget, syncs, writers
+
+MONOTONE = {"exp", "sigmoid", "tanh", "relu", "erf", "log", "sqrt"}
+
+
+def _scales(expr) -> bool:
+    """x * c, c * x or x / c with a constant c: commutes with sum."""
+    if isinstance(expr, Call) and expr.op in ("mul", "div") and len(expr.args) == 2:
+        a, b = expr.args
+        if expr.op == "mul" and isinstance(a, Const):
+            a, b = b, a
+        return a == Input(0) and isinstance(b, Const)
+    return False
+
+
+def _non_decreasing(expr) -> bool:
+    if expr == Input(0):
+        return True
+    if isinstance(expr, Call):
+        if expr.op in MONOTONE:
+            return _non_decreasing(expr.args[0])
+        if expr.op in ("add", "sub") and isinstance(expr.args[1], Const):
+            return _non_decreasing(expr.args[0])
+        if expr.op == "add" and isinstance(expr.args[0], Const):
+            return _non_decreasing(expr.args[1])
+        if expr.op in ("mul", "div") and isinstance(expr.args[1], Const) and expr.args[1].value > 0:
+            return _non_decreasing(expr.args[0])
+        if expr.op == "mul" and isinstance(expr.args[0], Const) and expr.args[0].value > 0:
+            return _non_decreasing(expr.args[1])
+    return False
+
+
+def find(g) -> list[int]:
+    return [n for n, op in g.ops() if isinstance(op, Elementwise)]
+
+
+def apply(g, node: int) -> str | None:
+    e = g.op(node)
+    out = e.out.buffer
+    rs = readers(g, out)
+    if len(rs) != 1 or writers(g, out) != [node] or g.buffers[out].role != "temp":
+        return None
+    nxt = g.op(rs[0])
+    if isinstance(nxt, Reduce):
+        return _past_reduce(g, node, e, rs[0], nxt)
+    if isinstance(nxt, Broadcast):
+        return _past_broadcast(g, node, e, rs[0], nxt)
+    return None
+
+
+def _past_reduce(g, node, e: Elementwise, rnode: int, r: Reduce) -> str | None:
+    if len(e.inputs) != 1 or r.src != e.out or e.inputs[0].size != e.out.size:
+        return None
+    x = e.inputs[0]
+    if g.buffers[x.buffer].dtype != g.buffers[e.out.buffer].dtype:
+        return None
+    ok = _scales(e.expr) if r.op == "sum" else _non_decreasing(e.expr) if r.op in ("max", "min") else False
+    if not ok:
+        return None
+    reduced = f"{r.dst.buffer}.pre"
+    g.buffer(reduced, REGISTER, g.buffers[r.dst.buffer].size, g.buffers[r.dst.buffer].dtype)
+    pre = Slice(reduced, r.dst.offset, r.dst.shape, r.dst.strides)
+    for s in syncs(g, e.out.buffer):
+        g.replace(s, retarget(g.op(s), e.out.buffer, x.buffer))
+    g.replace(rnode, Reduce(op=r.op, src=x, dst=pre, vec=r.vec, uniform=r.uniform))
+    g.insert_after(rnode, Elementwise(expr=e.expr, inputs=(pre,), out=r.dst, compute_dtype=e.compute_dtype,
+                                      vec=r.vec, uniform=r.uniform))
+    g.remove(node)
+    del g.buffers[e.out.buffer]
+    return f"#{node} {e.expr} moved after Reduce({r.op}) #{rnode}"
+
+
+def _past_broadcast(g, node, e: Elementwise, bnode: int, b: Broadcast) -> str | None:
+    if b.src != e.out or not all(s.size == e.out.size for s in e.inputs):
+        return None
+    if not any(isinstance(g.op(n), Elementwise) for n in readers(g, b.dst.buffer)):
+        return None  # only worth it when a merge with the reader follows
+    if syncs(g, e.out.buffer):
+        return None
+    spread = []
+    for i, s in enumerate(e.inputs):
+        name = f"{b.dst.buffer}.in{i}"
+        g.buffer(name, REGISTER, b.dst.size, g.buffers[s.buffer].dtype)
+        dst = Slice(name, 0, b.dst.shape, b.dst.strides)
+        g.insert_before(bnode, Broadcast(src=s, dst=dst, mode=b.mode, vec=b.vec, uniform=b.uniform))
+        spread.append(dst)
+    g.replace(bnode, Elementwise(expr=e.expr, inputs=tuple(spread), out=b.dst, compute_dtype=e.compute_dtype,
+                                 vec=b.vec, uniform=b.uniform))
+    g.remove(node)
+    del g.buffers[e.out.buffer]
+    return f"#{node} {e.expr} moved after Broadcast #{bnode}"

@@ -1,0 +1,38 @@
+"""Drop masks that hold for every unit (a tensor whose size is a multiple of the tile), so
+identical loads compare equal and fills that can never apply disappear."""
+from __future__ import annotations
+
+import numpy as np
+
+from gir.ir import Move, Slice
+
+from .query import slices_of
+
+
+def _tidy_slice(s: Slice, env: dict) -> Slice:
+    if not s.is_masked:
+        return s
+    limits = list(s.limits) or [None] * len(s.shape)
+    starts = list(s.starts) or [None] * len(s.shape)
+    for d, n in enumerate(s.shape):
+        if limits[d] is not None and np.min(limits[d].eval(env)) >= n:
+            limits[d] = None
+        if starts[d] is not None and np.max(starts[d].eval(env)) <= 0:
+            starts[d] = None
+    return Slice(s.buffer, s.offset, s.shape, s.strides, tuple(limits), tuple(starts))
+
+
+def tidy(g) -> int:
+    """Rewrite every gOperator in place; returns how many slices lost their masks."""
+    env, dropped = g.prim.env(), 0
+    for node, op in g.ops():
+        mapping = {s: _tidy_slice(s, env) for s in slices_of(op)}
+        changed = {k: v for k, v in mapping.items() if k != v}
+        if not changed:
+            continue
+        dropped += len(changed)
+        new = op.with_slices(changed)
+        if isinstance(new, Move) and new.fill is not None and not new.src.is_masked:
+            new = Move(src=new.src, dst=new.dst, vec=new.vec, uniform=new.uniform)
+        g.replace(node, new)
+    return dropped

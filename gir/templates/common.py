@@ -1,0 +1,184 @@
+"""What every template shares: the candidate record, dimension coalescing, the DRAM buffers of
+an op, and the box tiling that maps units onto the output of a pointwise-shaped op."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from math import ceil, prod
+
+from gir.frontend.basic import BasicOp, Tensor, contiguous_strides
+from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice, W, block_coord
+from gir.ir.affine import Affine
+from gir.ir.target import Target
+
+
+@dataclass
+class Candidate:
+    """One GIR-Graph for one basic operator: the graph structure and the parameters that made it."""
+    op: str
+    structure: str
+    params: dict
+    graph: GIRGraph = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.structure}(" + ", ".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")"
+
+
+def param_grid(**choices) -> list[dict]:
+    keys = list(choices)
+    return [dict(zip(keys, values)) for values in itertools.product(*(choices[k] for k in keys))]
+
+
+def coalesce(shape: tuple[int, ...], *stride_sets: tuple[int, ...]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Drop size-1 dimensions and merge neighbours that every operand walks contiguously, so a
+    (128, 12, 64) tensor read straight through is one dimension of 98304."""
+    dims = [(n, [s[d] for s in stride_sets]) for d, n in enumerate(shape) if n != 1]
+    merged: list[tuple[int, list[int]]] = []
+    for n, strides in dims:
+        if merged:
+            pn, pstrides = merged[-1]
+            if all(ps == s * n for ps, s in zip(pstrides, strides)):
+                merged[-1] = (pn * n, strides)
+                continue
+        merged.append((n, strides))
+    if not merged:
+        return (1,), [(0,) for _ in stride_sets]
+    out_shape = tuple(n for n, _ in merged)
+    return out_shape, [tuple(st[i] for _, st in merged) for i in range(len(stride_sets))]
+
+
+def coalesce_rows(shape: tuple[int, ...], *stride_sets: tuple[int, ...]):
+    """Like coalesce, but the last axis stays its own dimension: the (rows, row) view a fused
+    neighbour (a reduction over the last axis) is tiled by, so structures can match."""
+    if len(shape) < 2:
+        return coalesce(shape, *stride_sets)
+    head, head_strides = coalesce(shape[:-1], *[s[:-1] for s in stride_sets])
+    if head == (1,):
+        return coalesce(shape, *stride_sets)
+    return (*head, shape[-1]), [(*h, s[-1]) for h, s in zip(head_strides, stride_sets)]
+
+
+def unique_views(shape, stride_sets) -> list:
+    """The fully coalesced view and the row view, once each when they coincide."""
+    views = [coalesce(shape, *stride_sets), coalesce_rows(shape, *stride_sets)]
+    return views[:1] if views[0] == views[1] else views
+
+
+def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides that read a numpy-broadcast operand over the output's index space (0 where broadcast)."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    own = contiguous_strides(padded)
+    return tuple(0 if n == 1 and o != 1 else s for n, o, s in zip(padded, out_shape, own))
+
+
+def new_graph(op: BasicOp, tensors: dict[str, Tensor], target: Target, prim: ParallelPrimitive, structure: str) -> GIRGraph:
+    """A graph with the op's tensors declared as DRAM buffers (inputs, constants, outputs)."""
+    g = GIRGraph(f"{op.name}:{structure}", prim, target)
+    for name in dict.fromkeys(op.inputs):
+        t = tensors[name]
+        g.buffer(name, DRAM, t.shape or (1,), t.dtype, role="const" if t.is_const else "input")
+    for name in op.outputs:
+        t = tensors[name]
+        g.buffer(name, DRAM, t.shape or (1,), t.dtype, role="output")
+    return g
+
+
+@dataclass(frozen=True)
+class Box:
+    """How units cover a pointwise output of shape `dims` (rank >= 2 after padding): each unit
+    takes `rows` x `chunk` of the last two dimensions; the other dimensions are grid axes.
+    Units of a block go along the last dimension while it is split, else along the rows."""
+    dims: tuple[int, ...]
+    rows: int
+    chunk: int
+    units_per_block: int
+
+    @staticmethod
+    def pad(dims: tuple[int, ...], strides: list[tuple[int, ...]]):
+        if len(dims) >= 2:
+            return dims, strides
+        return (1, *dims), [(0, *s) for s in strides]
+
+    @property
+    def split_last(self) -> bool:
+        return self.chunk < self.dims[-1]
+
+    @property
+    def block_per_row(self) -> bool:
+        """The units of one block cover whole rows between them (no grid axis along the row)."""
+        return self.split_last and self.chunk * self.units_per_block >= self.dims[-1]
+
+    def prim(self) -> ParallelPrimitive:
+        outer = self.dims[:-2]
+        upb = self.units_per_block
+        if self.block_per_row:
+            grid = (*outer, ceil(self.dims[-2] / self.rows))
+        elif self.split_last:
+            grid = (*outer, ceil(self.dims[-2] / self.rows), ceil(self.dims[-1] / (self.chunk * upb)))
+        else:
+            grid = (*outer, ceil(self.dims[-2] / (self.rows * upb)))
+        return ParallelPrimitive(grid, upb)
+
+    def _q(self) -> tuple[Affine, Affine]:
+        """Box index of the unit along the rows and along the last dimension."""
+        k = len(self.dims) - 2
+        if self.block_per_row:
+            return block_coord(k), W
+        if self.split_last:
+            return block_coord(k), block_coord(k + 1) * self.units_per_block + W
+        return block_coord(k) * self.units_per_block + W, Affine(0)
+
+    def slice(self, buffer: str, offset: int, strides: tuple[int, ...]) -> Slice:
+        """The box of one operand addressed with its own strides over the output's dims."""
+        q_rows, q_last = self._q()
+        base = Affine(offset)
+        for d, s in enumerate(strides[:-2]):
+            base = base + block_coord(d) * s
+        base = base + q_rows * (self.rows * strides[-2]) + q_last * (self.chunk * strides[-1])
+        limits = (self.dims[-2] - q_rows * self.rows, self.dims[-1] - q_last * self.chunk)
+        return Slice(buffer, base, (self.rows, self.chunk), (strides[-2], strides[-1]), limits)
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.chunk
+
+
+def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, int, int]]:
+    """(structure, rows, chunk, units_per_block) worth trying for a pointwise output: a chunk of
+    the last dimension per unit (1-8 elements per lane), or whole short rows several at a time."""
+    lanes, last = target.lanes_per_unit, dims[-1]
+    upbs = [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
+    out = []
+    for elems_per_lane in (1, 2, 4, 8):
+        span = lanes * elems_per_lane
+        out += [("chunk", 1, min(span, last), u) for u in upbs]
+        rows = min(dims[-2], span // last)
+        if rows > 1:
+            out += [("rows", rows, last, u) for u in upbs]
+    if last <= 32 * lanes:
+        out += [("row", 1, last, u) for u in upbs]  # a whole row per unit: matches a unit reduction
+    for u in upbs[1:]:
+        out.append(("row", 1, ceil(last / (u * lanes)) * lanes, u))  # a row per block: matches a block reduction
+    return list(dict.fromkeys(out))
+
+
+def load(g: GIRGraph, src: Slice, reg: str, size: int, dtype: str, fill=None, vec: int = 1, uniform: bool = False) -> Slice:
+    """Move a slice into a new register buffer; local buffers start with % (never a tensor name)."""
+    reg = "%" + reg
+    g.buffer(reg, REGISTER, size, dtype)
+    dst = Slice(reg, 0, src.shape, _contiguous(src.shape))
+    g.add(Move(src=src, dst=dst, fill=fill, vec=vec, uniform=uniform))
+    return dst
+
+
+def store(g: GIRGraph, src: Slice, dst: Slice, vec: int = 1) -> None:
+    g.add(Move(src=Slice(src.buffer, src.offset, dst.shape, _contiguous(dst.shape)), dst=dst, vec=vec))
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    return contiguous_strides(shape)
+
+
+def flat_size(shape) -> int:
+    return prod(shape) if shape else 1

@@ -1,0 +1,28 @@
+"""Elementwise template: n-ary with numpy broadcasting (stride-0 operands), fp16 computed in fp32."""
+from __future__ import annotations
+
+from gir.frontend.basic import compute_dtype, contiguous_strides
+from gir.ir import Elementwise
+
+from .common import broadcast_strides, unique_views
+from .pointwise import pointwise_candidates, register_result
+
+
+def generate(op, tensors, target, rejected):
+    out = tensors[op.outputs[0]]
+    shape = out.shape or (1,)
+    ins = [tensors[n] for n in op.inputs]
+    cdt = compute_dtype([t.dtype for t in ins], op.attrs["dtype"])
+    cdt = "float32" if cdt == "float16" else cdt
+    operand_strides = [contiguous_strides(shape), *[broadcast_strides(t.shape, shape) for t in ins]]
+
+    def compute(g, regs, box, vec):
+        result = register_result(g, box, out.dtype)
+        g.add(Elementwise(expr=op.attrs["expr"], inputs=tuple(regs), out=result, compute_dtype=cdt, vec=vec))
+        return result
+
+    cands = []
+    for dims, strides in unique_views(shape, operand_strides):
+        views = [(t.name, 0, s) for t, s in zip(ins, strides[1:])]
+        cands += pointwise_candidates(op, tensors, target, dims, views, strides[0], compute, rejected)
+    return cands

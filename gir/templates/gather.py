@@ -1,0 +1,41 @@
+"""Gather template: each unit looks up `rows` indices (loaded by every lane) and copies a
+chunk of each selected row; the row offset comes from the index value (a Gather gOperator)."""
+from __future__ import annotations
+
+from math import ceil, prod
+
+from gir.ir import Gather, Move, ParallelPrimitive, Slice, W, block_coord, validate
+from gir.ir.validate import GraphError
+
+from .common import Candidate, load, new_graph
+
+
+def generate(op, tensors, target, rejected):
+    data, idx, out = (tensors[n] for n in (*op.inputs, op.outputs[0]))
+    axis = op.attrs["axis"]
+    outer, extent, inner = prod(data.shape[:axis]), data.shape[axis], prod(data.shape[axis + 1:])
+    count = max(1, prod(idx.shape))
+    cands = []
+    for ept in (1, 2, 4, 8):
+        span = target.lanes_per_unit * ept
+        chunk, rows = min(span, inner), max(1, min(count, span // inner))
+        for upb in (u for u in (1, 2, 4, 8) if u <= target.max_units_per_block):
+            grid = (outer, ceil(count / rows), ceil(inner / (chunk * upb)))
+            g = new_graph(op, tensors, target, ParallelPrimitive(grid, upb), "rows")
+            b0, r0, q = block_coord(0), block_coord(1) * rows, block_coord(2) * upb + W
+            index = load(g, Slice.flat(idx.name, r0, rows, limit=count - r0), "index", rows, idx.dtype, fill=0, uniform=True)
+            g.buffer("%rows", "register", rows * chunk, data.dtype)
+            picked = Slice.flat("%rows", 0, rows * chunk)
+            src = Slice(data.name, b0 * (extent * inner) + q * chunk, (rows, chunk), (0, 1), (None, inner - q * chunk))
+            g.add(Gather(src=src, index=index, dst=picked, stride=inner, extent=extent))
+            limits = (count - r0, inner - q * chunk)
+            dst = Slice(out.name, (b0 * count + r0) * inner + q * chunk, (rows, chunk), (inner, 1), limits)
+            g.add(Move(src=Slice("%rows", 0, (rows, chunk), (chunk, 1)), dst=dst))
+            params = {"rows": rows, "chunk": chunk, "units_per_block": upb}
+            try:
+                validate(g)
+            except GraphError as err:
+                rejected.append(("rows", params, str(err).splitlines()[-1].strip()))
+                continue
+            cands.append(Candidate(op.name, "rows", params, g))
+    return list({tuple(sorted(c.params.items())): c for c in cands}.values())

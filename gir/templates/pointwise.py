@@ -1,0 +1,48 @@
+"""Shared builder of the load -> (compute) -> store graphs for ops whose output elements each
+depend on one element per operand: elementwise ops and strided layout copies."""
+from __future__ import annotations
+
+from typing import Callable
+
+from gir.ir import REGISTER, Slice, validate
+from gir.ir.validate import GraphError
+
+from .common import Box, Candidate, box_choices, load, new_graph, store
+
+
+def vec_choices(chunk: int, strides: list[tuple[int, ...]], lanes: int) -> list[int]:
+    """Vector width 4 where every operand walks the last dimension contiguously (or not at all)."""
+    contiguous = all(s[-1] in (0, 1) for s in strides)
+    return [1, 4] if contiguous and chunk % (4 * lanes) == 0 else [1]
+
+
+def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, int, tuple]], out_strides: tuple,
+                         compute: Callable | None, rejected: list) -> list[Candidate]:
+    """One candidate per box shape, units per block and vector width. `in_views` gives each
+    operand's (tensor, offset, strides) over `dims`; `compute(g, regs, box)` returns the result
+    register slice, or None for a plain copy."""
+    out = tensors[op.outputs[0]]
+    dims, padded = Box.pad(dims, [out_strides, *[v[2] for v in in_views]])
+    out_strides, in_strides = padded[0], padded[1:]
+    cands = []
+    for structure, rows, chunk, upb in box_choices(dims, target):
+        for vec in vec_choices(chunk, padded, target.lanes_per_unit):
+            box = Box(dims, rows, chunk, upb)
+            g = new_graph(op, tensors, target, box.prim(), structure)
+            regs = [load(g, box.slice(name, offset, st), f"in{i}", box.size, tensors[name].dtype, vec=vec)
+                    for i, ((name, offset, _), st) in enumerate(zip(in_views, in_strides))]
+            result = compute(g, regs, box, vec) if compute else regs[0]
+            store(g, result, box.slice(out.name, 0, out_strides), vec=vec)
+            params = {"rows": rows, "chunk": chunk, "units_per_block": upb, "vec": vec}
+            try:
+                validate(g)
+            except GraphError as err:
+                rejected.append((structure, params, str(err).splitlines()[-1].strip()))
+                continue
+            cands.append(Candidate(op.name, structure, params, g))
+    return cands
+
+
+def register_result(g, box: Box, dtype: str, name: str = "%out") -> Slice:
+    g.buffer(name, REGISTER, box.size, dtype)
+    return Slice(name, 0, (box.rows, box.chunk), (box.chunk, 1))

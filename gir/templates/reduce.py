@@ -1,0 +1,197 @@
+"""Reduce template: sum, max, min, prod over any set of axes, in four graph structures.
+
+The input's dimensions coalesce into kept (K) and reduced (R) groups. Every structure loads a
+unit's slice ordered (outputs, reduced elements) so that each output's group is contiguous in
+slice order, whatever the axes were:
+- lane: one lane per output (no communication; coalesced when the kept dim is innermost);
+- unit: one unit per output, lanes combined by shuffles;
+- block: one block per output, unit partials combined through shared memory;
+- two_phase: several blocks per output, partials through DRAM and a device sync.
+fp16 accumulates in fp32 and is cast back before the store.
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+
+from gir.frontend.basic import contiguous_strides
+from gir.ir import (BLOCK, DEVICE, DRAM, REGISTER, SHARED, UNIT, Elementwise, Input, Move, ParallelPrimitive, Reduce,
+                    Slice, Sync, W, block_coord, call, validate)
+from gir.ir.affine import Affine
+from gir.ir.dtypes import accumulator, itemsize
+from gir.ir.gops import reduce_identity
+from gir.ir.validate import GraphError
+
+from .common import Candidate, new_graph
+
+
+def split_dims(shape, axes):
+    """Coalesced (size, stride) lists of kept and reduced dimensions, in input order."""
+    groups = []
+    for d, (n, s) in enumerate(zip(shape, contiguous_strides(shape))):
+        if n == 1:
+            continue
+        kind = "R" if d in axes else "K"
+        if groups and groups[-1][0] == kind:
+            groups[-1] = (kind, groups[-1][1] * n, s)
+        else:
+            groups.append((kind, n, s))
+    kept = [(n, s) for k, n, s in groups if k == "K"] or [(1, 0)]
+    red = [(n, s) for k, n, s in groups if k == "R"] or [(1, 0)]
+    return kept, red
+
+
+class _Plan:
+    """Addressing shared by the structures: kept dims but the innermost are grid axes."""
+
+    def __init__(self, op, tensors, target):
+        self.op, self.tensors, self.target = op, tensors, target
+        x, y = tensors[op.inputs[0]], tensors[op.outputs[0]]
+        self.x, self.y = x, y
+        self.kept, self.red = split_dims(x.shape or (1,), set(op.attrs["axes"]))
+        self.group = prod(n for n, _ in self.red)
+        kept_sizes = [n for n, _ in self.kept]
+        self.out_strides = contiguous_strides(kept_sizes)
+        self.acc = accumulator(x.dtype)
+        self.fill = reduce_identity(op.attrs["op"], x.dtype)
+        self.lanes = target.lanes_per_unit
+
+    def outer(self, skip_last: bool):
+        """(grid sizes, input base, output base) over the kept dims used as grid axes."""
+        dims = self.kept[:-1] if skip_last else self.kept
+        base_in, base_out, grid = Affine(0), Affine(0), []
+        for c, ((n, s), os) in enumerate(zip(dims, self.out_strides)):
+            grid.append(n)
+            base_in, base_out = base_in + block_coord(c) * s, base_out + block_coord(c) * os
+        return grid, base_in, base_out
+
+    def finish(self, g, acc_slice: Slice, dst: Slice, vec=1, uniform=False):
+        """Cast the accumulator back to the output dtype (if needed) and store."""
+        if self.acc != self.y.dtype:
+            g.buffer("%cast", REGISTER, acc_slice.size, self.y.dtype)
+            cast = Slice("%cast", 0, acc_slice.shape, acc_slice.strides)
+            g.add(Elementwise(expr=call("cast", Input(0), dtype=self.y.dtype), inputs=(acc_slice,), out=cast,
+                              vec=vec, uniform=uniform))
+            acc_slice = cast
+        g.add(Move(src=acc_slice, dst=dst, vec=vec))
+
+    def unit_reduce(self, g, src: Slice, name: str, outputs: int = 1) -> Slice:
+        """Sync the unit's lanes, then reduce cooperatively: `outputs` consecutive groups of src."""
+        g.buffer(name, REGISTER, outputs, self.acc)
+        dst = Slice.flat(name, 0, outputs)
+        g.add(Sync(scope=UNIT, slice=src))
+        g.add(Reduce(op=self.op.attrs["op"], src=src, dst=dst))
+        return dst
+
+
+def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int):
+    """lane and unit structures: each unit owns `outs` consecutive outputs of the innermost kept dim."""
+    p = plan
+    k_last, s_last = p.kept[-1]
+    grid, base_in, base_out = p.outer(skip_last=True)
+    grid.append(ceil(k_last / (outs * upb)))
+    q = block_coord(len(grid) - 1) * upb + W
+    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), structure)
+    red_sizes = tuple(n for n, _ in p.red)
+    src = Slice(p.x.name, base_in + q * (outs * s_last), (outs, *red_sizes), (s_last, *(s for _, s in p.red)),
+                (k_last - q * outs, *([None] * len(red_sizes))))
+    g.buffer("%in", REGISTER, src.size, p.x.dtype)
+    reg = Slice.flat("%in", 0, src.size)
+    dst = Slice.flat(p.y.name, base_out + q * outs, outs, limit=k_last - q * outs)
+    if structure == "lane":
+        g.add(Move(src=src, dst=Slice("%in", 0, src.shape, contiguous_strides(src.shape)), fill=p.fill, vec=p.group))
+        g.buffer("%out", REGISTER, outs, p.acc)
+        acc = Slice.flat("%out", 0, outs)
+        g.add(Reduce(op=p.op.attrs["op"], src=reg, dst=acc, uniform=False))
+    else:
+        g.add(Move(src=src, dst=Slice("%in", 0, src.shape, contiguous_strides(src.shape)), fill=p.fill))
+        acc = p.unit_reduce(g, reg, "%out", outs)
+    p.finish(g, acc, dst)
+    return g
+
+
+def _block(plan: _Plan, upb: int, phases: int):
+    """One block (phases == 1) or `phases` blocks (through DRAM) per output; units split the
+    single reduced dimension into lane-multiple chunks."""
+    p = plan
+    (size, stride), = p.red
+    grid, base_in, base_out = p.outer(skip_last=False)
+    workers = upb * phases
+    chunk = ceil(size / (workers * p.lanes)) * p.lanes
+    if phases > 1:
+        grid.append(phases)
+        t = block_coord(len(grid) - 1) * upb + W
+        lead = block_coord(len(grid) - 1) + W  # zero only on the first unit of the first block
+    else:
+        t, lead = W, W
+    structure = "block" if phases == 1 else "two_phase"
+    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), structure)
+    g.buffer("%in", REGISTER, chunk, p.x.dtype)
+    src = Slice.flat(p.x.name, base_in + t * (chunk * stride), chunk, limit=size - t * chunk)
+    if stride != 1:
+        src = Slice(p.x.name, src.offset, (chunk,), (stride,), src.limits)
+    g.add(Move(src=src, dst=Slice.flat("%in", 0, chunk), fill=p.fill))
+    part = p.unit_reduce(g, Slice.flat("%in", 0, chunk), "%part")
+    if phases == 1:
+        g.buffer("%partials", SHARED, upb, p.acc)
+        mine, everyone = Slice.flat("%partials", W, 1), Slice.flat("%partials", 0, upb)
+        scope = BLOCK
+    else:
+        g.buffer("%partials", DRAM, (prod(grid[:-1]) * workers,), p.acc)
+        out_index = base_out
+        mine = Slice.flat("%partials", out_index * workers + t, 1)
+        everyone = Slice.flat("%partials", out_index * workers, workers, limit=workers - workers * lead)
+        scope = DEVICE
+    g.add(Move(src=part, dst=mine))
+    g.add(Sync(scope=scope, slice=mine))
+    g.buffer("%all", REGISTER, everyone.size, p.acc)
+    g.add(Move(src=everyone, dst=Slice.flat("%all", 0, everyone.size), fill=p.fill))
+    total = p.unit_reduce(g, Slice.flat("%all", 0, everyone.size), "%total")
+    p.finish(g, total, Slice.flat(p.y.name, base_out, 1, limit=1 - lead))
+    return g
+
+
+def _elements_per_lane(plan: _Plan, structure: str, params: dict) -> int:
+    """Register elements one lane holds, known before building (keeps huge slices unbuilt)."""
+    lanes = plan.lanes
+    if structure == "lane":
+        return ceil(params["outputs_per_unit"] / lanes) * plan.group
+    if structure == "unit":
+        return ceil(params["outputs_per_unit"] * plan.group / lanes)
+    workers = params["units_per_block"] * params.get("blocks_per_output", 1)
+    return ceil(plan.group / (workers * lanes))
+
+
+def generate(op, tensors, target, rejected):
+    plan = _Plan(op, tensors, target)
+    lanes, upbs = target.lanes_per_unit, [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
+    builds = []
+    for upb in upbs:
+        for ept in (1, 2, 4):
+            builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb},
+                           lambda o=lanes * ept, u=upb: _per_unit_outputs(plan, "lane", o, u)))
+        for outs in (1, 2, 4):
+            builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
+                           lambda o=outs, u=upb: _per_unit_outputs(plan, "unit", o, u)))
+    if len(plan.red) == 1 and plan.group >= 2 * lanes:
+        big = [u for u in (2, 4, 8, 16) if u <= target.max_units_per_block] or [1]
+        for upb in (u for u in big if u > 1):
+            builds.append(("block", {"units_per_block": upb}, lambda u=upb: _block(plan, u, 1)))
+        if plan.group >= 64 * lanes:
+            for upb in big[-2:]:
+                for phases in (4, 16):
+                    builds.append(("two_phase", {"units_per_block": upb, "blocks_per_output": phases},
+                                   lambda u=upb, ph=phases: _block(plan, u, ph)))
+    cands = []
+    for structure, params, build in builds:
+        held = _elements_per_lane(plan, structure, params)
+        if held * itemsize(plan.acc) > target.register_bytes_per_lane:
+            rejected.append((structure, params, f"{held} elements per lane exceed the register file"))
+            continue
+        g = build()
+        try:
+            validate(g)
+        except GraphError as err:
+            rejected.append((structure, params, str(err).splitlines()[-1].strip()))
+            continue
+        cands.append(Candidate(op.name, structure, params, g))
+    return cands
