@@ -79,7 +79,7 @@ def _same_elements_same_lanes(wop, rop, lanes_per_unit: int, bufs: dict) -> int 
     ws = writes[0]
     w_lanes = output_lanes(wop, lanes_per_unit)
     for i, rs in reads:
-        if rs != ws:
+        if not rs.same_pattern(ws):
             return None
         j, lanes, _ = read_pairs(rop, i, lanes_per_unit)
         if not (np.array_equal(w_lanes[j], lanes) or (w_lanes[j] == ALL_LANES).all()):

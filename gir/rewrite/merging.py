@@ -68,6 +68,12 @@ def _reachable(src_level: str, src_role: str, mid_level: str) -> bool:
 
 def _covered(g, w: Move, r: Move) -> bool:
     """Every element the reader takes was written by this writer for the same unit's view."""
+    if r.src.same_pattern(w.dst):
+        return True
+    if g.buffers[r.src.buffer].level == REGISTER and not (w.dst.is_masked or r.src.is_masked) \
+            and w.dst.offset.is_const and r.src.offset.is_const:
+        written = w.dst.offset.const + w.dst.pattern
+        return bool(np.isin(r.src.offset.const + r.src.pattern, written).all())  # one unit stands for all
     env = g.prim.env()
     buf = g.buffers[r.src.buffer]
     key = _keys(g, buf.level, env)
@@ -153,7 +159,7 @@ def apply_elementwise(g, node: int) -> str | None:
     e2 = g.op(rs[0])
     if not isinstance(e2, Elementwise) or (e1.vec, e1.uniform) != (e2.vec, e2.uniform) or e1.out.size != e2.out.size:
         return None
-    if not all(s == e1.out for s in e2.inputs if s.buffer == out):
+    if not all(s.same_pattern(e1.out) for s in e2.inputs if s.buffer == out):
         return None
     inputs: list = []
     remap = {}

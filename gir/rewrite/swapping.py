@@ -61,7 +61,7 @@ def apply(g, node: int) -> str | None:
 
 
 def _past_reduce(g, node, e: Elementwise, rnode: int, r: Reduce) -> str | None:
-    if len(e.inputs) != 1 or r.src != e.out or e.inputs[0].size != e.out.size:
+    if len(e.inputs) != 1 or not r.src.same_pattern(e.out) or e.inputs[0].size != e.out.size:
         return None
     x = e.inputs[0]
     if g.buffers[x.buffer].dtype != g.buffers[e.out.buffer].dtype:
@@ -83,7 +83,7 @@ def _past_reduce(g, node, e: Elementwise, rnode: int, r: Reduce) -> str | None:
 
 
 def _past_broadcast(g, node, e: Elementwise, bnode: int, b: Broadcast) -> str | None:
-    if b.src != e.out or not all(s.size == e.out.size for s in e.inputs):
+    if not b.src.same_pattern(e.out) or not all(s.size == e.out.size for s in e.inputs):
         return None
     if not any(isinstance(g.op(n), Elementwise) for n in readers(g, b.dst.buffer)):
         return None  # only worth it when a merge with the reader follows
