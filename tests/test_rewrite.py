@@ -150,3 +150,31 @@ def test_rewriting_preserves_outputs_and_never_adds_dram_traffic(graph, pick, ta
         np.testing.assert_allclose(after.outputs[name], before.outputs[name], rtol=1e-6, atol=1e-6)
     assert after.stats.dram_bytes() <= before.stats.dram_bytes()
     assert len(log) < 10_000  # the driver reached a fixed point
+
+
+def test_shufflenet_fragment_is_one_kernel_at_the_bound():
+    """Concat, channel shuffle (Reshape, Transpose, Reshape), Split: one kernel, each input read
+    once, each output written once."""
+    from gir.fusion.compose import compose, copy_candidates
+    n, c, h, w = 1, 116, 28, 28
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    nodes = [helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Reshape", ["cat", "s1"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["tr"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["tr", "s2"], ["r2"]),
+             helper.make_node("Split", ["r2", "sp"], ["o1", "o2"], axis=1)]
+    half = [n, c // 2, h, w]
+    model = onnx_model(nodes, [("a", half), ("b", half)], [("o1", half), ("o2", half)],
+                       [ints("s1", [n, 2, c // 2, h, w]), ints("s2", [n, c, h, w]), ints("sp", [c // 2, c // 2])])
+    g = load(model)
+    comp = compose(g)
+    assert len(comp.absorbed) == len(g.ops) and sorted(comp.written) == ["o1", "o2"]
+    kernels = copy_candidates(g, comp, H100, [])
+    assert len(kernels) == 1
+    optimized, _ = optimize(kernels[0][0].graph)
+    feeds, _ = feeds_for(g)
+    want, got = run_reference(g, feeds), run(optimized, feeds).outputs
+    for name in ("o1", "o2"):
+        np.testing.assert_array_equal(got[name].reshape(want[name].shape), want[name])
+    traffic = level_bytes(optimized)
+    assert traffic["read"] + traffic["write"] == compulsory_bytes(optimized) == 4 * 4 * np.prod(half)

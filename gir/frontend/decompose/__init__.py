@@ -1,0 +1,9 @@
+"""ONNX node -> basic ops. One module per op family registers its ops in REGISTRY; importing
+this package imports them all."""
+from . import constants, elementwise, layout, linalg, normalization, pooling, reduce  # noqa: F401
+from .context import Builder, Names, Node
+from .registry import REGISTRY, Decomposition, register
+
+SUPPORTED_OPS = frozenset(REGISTRY)
+
+__all__ = ["REGISTRY", "SUPPORTED_OPS", "Decomposition", "register", "Builder", "Names", "Node"]
