@@ -57,8 +57,8 @@ def candidates(op: BasicOp, tensors: dict[str, Tensor], target: Target) -> Candi
     if op.kind not in GENERATORS:
         raise TemplateError(f"{op.origin}: no GIR template for basic operator kind {op.kind!r} "
                             f"({op.name}); library ops must be lowered or sent to a library first")
-    if any(tensors[t].size == 0 for t in op.outputs):
-        return Candidates(op, [])
+    if any(tensors[t].size == 0 for t in (*op.inputs, *op.outputs)):
+        return Candidates(op, [])  # nothing to move: the value is fixed by shapes (folded at compile time)
     rejected: list = []
     found = GENERATORS[op.kind](op, tensors, target, rejected)
     if not found:

@@ -33,8 +33,8 @@ def run_with_templates(graph: BasicGraph, feeds: dict[str, np.ndarray], target: 
         out = graph.tensors[op.outputs[0]]
         if op.kind == "view":
             env[out.name] = args[0].reshape(out.shape)
-        elif op.kind in LIBRARY or out.size == 0:
-            env[out.name] = execute_op(op, graph.tensors, args)
+        elif op.kind in LIBRARY or any(a.size == 0 for a in args) or out.size == 0:
+            env[out.name] = execute_op(op, graph.tensors, args)  # library call, or shape-only value
         else:
             cand = choose(candidates(op, graph.tensors, target))
             result = run(cand.graph, dict(zip(op.inputs, args)))

@@ -1,0 +1,258 @@
+"""Composition of data-movement chains (layouts, views, concats, splits) into direct copies.
+
+A store followed by a load of the same tensor is one move (read-after-write merging) at the
+level of index maps: every tensor a chain produces is described as pieces, each a box of its
+index space whose elements come from one source tensor at an affine address. A layout that
+reads such a tensor is re-expressed over the tensor's own dimensions (splitting a dimension
+where it spans several), and the pieces compose; a concat places its inputs' pieces side by
+side. Only the chain's escaping tensors are written, each piece by one strided copy, and
+pieces of one shape share one kernel. ShuffleNet's concat -> channel shuffle -> split becomes
+one kernel that reads each input once and writes each output once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+from gir.frontend.basic import BasicGraph, BasicOp, contiguous_strides
+from gir.ir import GIRGraph, Move, validate
+from gir.ir.target import Target
+from gir.ir.validate import GraphError
+from gir.templates.common import Box, Candidate, box_choices, coalesce, load
+
+MOVEMENT = ("layout", "view", "concat")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Elements lo <= idx < hi (per dimension) read source[offset + sum(idx * strides)]."""
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    source: str
+    offset: int
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Content:
+    """A tensor as pieces over an index space whose row-major order is its storage order."""
+    shape: tuple[int, ...]
+    pieces: tuple[Piece, ...]
+
+
+def identity(name: str, shape: tuple[int, ...]) -> Content:
+    shape = tuple(shape) or (1,)
+    return Content(shape, (Piece((0,) * len(shape), shape, name, 0, contiguous_strides(shape)),))
+
+
+def _place(n: int, s: int, start: tuple[int, ...], tshape: tuple[int, ...], cstr: tuple[int, ...]):
+    """Map one view dimension (size n, flat stride s) onto tensor dimensions: [(size, dim, step)]
+    outermost first, splitting it where it runs across a dimension boundary."""
+    a, sign = abs(s), (1 if s > 0 else -1)
+    j = next(j for j, c in enumerate(cstr) if a % c == 0)
+    step = sign * (a // cstr[j])
+    t = tshape[j]
+    edge = 0 if step > 0 else t - 1
+    if abs(step) == 1 and n > t and n % t == 0 and start[j] == edge and j > 0:
+        return _place(n // t, s * t, start, tshape, cstr) + [(t, j, step)]
+    return [(n, j, step)]
+
+
+def reindex(content: Content, offset: int, vshape, vstrides) -> Content | None:
+    """The content of a strided view (offset, vshape, vstrides) of `content`'s storage, or None
+    where the view does not decompose into the tensor's dimensions or cuts a piece unevenly."""
+    tshape, cstr = content.shape, contiguous_strides(content.shape)
+    if not 0 <= offset < prod(tshape):
+        return None
+    start = tuple(int(i) for i in _unravel(offset, tshape))
+    dims = []
+    for n, s in zip(vshape, vstrides):
+        dims += [(n, None, 0)] if n == 1 or s == 0 else _place(n, s, start, tshape, cstr)
+    for j, t in enumerate(tshape):
+        mapped = [(n, step) for n, jj, step in dims if jj == j]
+        low = start[j] + sum(min(0, step * (n - 1)) for n, step in mapped)
+        high = start[j] + sum(max(0, step * (n - 1)) for n, step in mapped)
+        if low < 0 or high >= t:
+            return None
+    shape = tuple(n for n, _, _ in dims)
+    pieces = []
+    for p in content.pieces:
+        piece = _compose(p, dims, start, tshape)
+        if piece is False:
+            return None
+        if piece is not None:
+            pieces.append(piece)
+    return Content(shape, tuple(pieces))
+
+
+def _compose(p: Piece, dims, start, tshape):
+    """Piece p seen through the view: a piece, None when the view misses it, False when the
+    piece's edge cuts a view dimension that several tensor dimensions share."""
+    lo, hi = [0] * len(dims), [n for n, _, _ in dims]
+    for j in range(len(tshape)):
+        users = [i for i, (_, jj, _) in enumerate(dims) if jj == j]
+        if not users:
+            if not p.lo[j] <= start[j] < p.hi[j]:
+                return None
+            continue
+        if len(users) > 1:
+            if p.lo[j] == 0 and p.hi[j] == tshape[j]:
+                continue
+            i = _outer_of_radix(users, dims)
+            if i is None:
+                return False
+            step = dims[i][2]
+            if (p.lo[j] - start[j]) % step or (p.hi[j] - start[j]) % step:
+                return False  # the piece edge falls inside the inner dimensions
+            lo[i] = max(0, (p.lo[j] - start[j]) // step)
+            hi[i] = min(dims[i][0], (p.hi[j] - start[j]) // step)
+            if lo[i] >= hi[i]:
+                return None
+            continue
+        i = users[0]
+        n, _, step = dims[i]
+        first = -(-(p.lo[j] - start[j]) // step) if step > 0 else -(-(start[j] - (p.hi[j] - 1)) // -step)
+        last = (p.hi[j] - 1 - start[j]) // step if step > 0 else (start[j] - p.lo[j]) // -step
+        lo[i], hi[i] = max(0, first), min(n, last + 1)
+        if lo[i] >= hi[i]:
+            return None
+    offset = p.offset + sum(start[j] * p.strides[j] for j in range(len(tshape)))
+    strides = tuple(0 if jj is None else step * p.strides[jj] for _, jj, step in dims)
+    return Piece(tuple(lo), tuple(hi), p.source, offset, strides)
+
+
+def _outer_of_radix(users, dims):
+    """If the view dimensions sharing one tensor dimension form a mixed radix (each step the
+    product of the faster ones' sizes), the slowest one: a piece edge on a multiple of its
+    step constrains that dimension alone (a channel shuffle's group dimension)."""
+    ordered = sorted(users, key=lambda i: dims[i][2])
+    expected = 1
+    for i in ordered:
+        n, _, step = dims[i]
+        if step != expected:
+            return None
+        expected *= n
+    return ordered[-1]
+
+
+def _unravel(index: int, shape) -> list[int]:
+    out = []
+    for d in reversed(shape):
+        out.append(index % d)
+        index //= d
+    return list(reversed(out))
+
+
+def concat(contents: list[Content], shapes: list[tuple], axis: int, out_shape: tuple) -> Content | None:
+    pieces, at = [], 0
+    for content, shape in zip(contents, shapes):
+        own = reindex(content, 0, shape, contiguous_strides(shape)) if prod(shape) else Content(tuple(shape), ())
+        if own is None or own.shape != tuple(shape):
+            return None  # the input does not decompose along its own dimensions
+        for p in own.pieces:
+            lo, hi = list(p.lo), list(p.hi)
+            lo[axis] += at
+            hi[axis] += at
+            pieces.append(replace(p, lo=tuple(lo), hi=tuple(hi), offset=p.offset - at * p.strides[axis]))
+        at += shape[axis]
+    return Content(tuple(out_shape), tuple(pieces))
+
+
+@dataclass
+class Composition:
+    contents: dict[str, Content]   # every tensor a movement op produces that composed
+    absorbed: list[BasicOp]        # movement ops no longer executed on their own
+    written: list[str]             # composed tensors that must exist in DRAM
+    aliases: dict[str, str]        # composed tensors that are another tensor's storage as is
+
+
+def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
+    """Compose every movement op of `ops` (default: all) whose inputs' contents are known."""
+    ops = graph.ops if ops is None else ops
+    contents: dict[str, Content] = {}
+    absorbed, needed = [], set(graph.outputs)
+
+    def content_of(name):
+        return contents.get(name) or identity(name, graph.tensors[name].shape)
+
+    for op in ops:
+        out = op.outputs[0]
+        result = None
+        if op.kind == "view":
+            result = content_of(op.inputs[0])
+        elif op.kind == "layout":
+            a = op.attrs
+            result = reindex(content_of(op.inputs[0]), a["offset"], a["shape"], a["strides"])
+        elif op.kind == "concat":
+            shapes = [graph.tensors[t].shape for t in op.inputs]
+            result = concat([content_of(t) for t in op.inputs], shapes, op.attrs["axis"], graph.tensors[out].shape)
+        if result is None:
+            needed.update(op.inputs)
+            continue
+        contents[out] = result
+        absorbed.append(op)
+    absorbed_ids = {id(op) for op in absorbed}
+    for op in graph.ops:
+        if id(op) not in absorbed_ids:
+            needed.update(op.inputs)
+    aliases = {t: src for t, c in contents.items() if (src := _storage_of(c)) is not None}
+    written = [t for t in contents if t in needed and t not in aliases]
+    return Composition(contents, absorbed, written, aliases)
+
+
+def _storage_of(content: Content) -> str | None:
+    """The tensor whose storage this content is, element for element (a reshape of it)."""
+    if len(content.pieces) != 1:
+        return None
+    p = content.pieces[0]
+    whole = p.lo == (0,) * len(p.lo) and p.hi == content.shape
+    return p.source if whole and p.offset == 0 and p.strides == contiguous_strides(content.shape) else None
+
+
+def copy_candidates(graph: BasicGraph, comp: Composition, target: Target, rejected: list) -> list[list[Candidate]]:
+    """GIR-Graphs writing the composed tensors: pieces of one coalesced shape whose sources were
+    produced at the same point of the program share a kernel (sharing across points could make
+    a kernel wait for its own output). Returns, per kernel, its candidates."""
+    position = {t: i for i, op in enumerate(graph.ops) for t in op.outputs}
+    groups: dict[tuple, list] = {}
+    for name in comp.written:
+        content = comp.contents[name]
+        cstr = contiguous_strides(content.shape)
+        for p in content.pieces:
+            region = tuple(h - l for l, h in zip(p.lo, p.hi))
+            src_off = p.offset + sum(l * s for l, s in zip(p.lo, p.strides))
+            dst_off = sum(l * s for l, s in zip(p.lo, cstr))
+            dims, (sstr, dstr) = coalesce(region, p.strides, cstr)
+            ready = max(position.get(q.source, -1) for q in content.pieces)
+            groups.setdefault((dims, ready), []).append((name, p.source, src_off, sstr, dst_off, dstr))
+    out = []
+    for (dims, _), pieces in groups.items():
+        out.append(_group_candidates(graph, dims, pieces, target, rejected))
+    return out
+
+
+def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
+    padded, strides = Box.pad(dims, [s for p in pieces for s in (p[3], p[5])])
+    label = "+".join(sorted({p[0] for p in pieces}))
+    cands = []
+    for structure, rows, chunk, upb in box_choices(padded, target):
+        box = Box(padded, rows, chunk, upb)
+        g = GIRGraph(f"copy:{label}:{structure}", box.prim(), target)
+        for name in dict.fromkeys([p[1] for p in pieces]):
+            t = graph.tensors[name]
+            g.buffer(name, "dram", t.shape or (1,), t.dtype, role="const" if t.is_const else "input")
+        for name in dict.fromkeys([p[0] for p in pieces]):
+            t = graph.tensors[name]
+            g.buffer(name, "dram", t.shape or (1,), t.dtype, role="output")
+        for i, (name, source, src_off, _, dst_off, _) in enumerate(pieces):
+            sstr, dstr = strides[2 * i], strides[2 * i + 1]
+            reg = load(g, box.slice(source, src_off, sstr), f"piece{i}", box.size, graph.tensors[source].dtype)
+            g.add(Move(src=reg, dst=box.slice(name, dst_off, dstr)))
+        params = {"rows": rows, "chunk": chunk, "units_per_block": upb}
+        try:
+            validate(g)
+        except GraphError as err:
+            rejected.append((structure, params, str(err).splitlines()[-1].strip()))
+            continue
+        cands.append(Candidate(label, structure, params, g))
+    return cands

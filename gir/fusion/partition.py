@@ -1,0 +1,105 @@
+"""Partition: which ops go to the vendor library and which to GIR, decided by arithmetic
+intensity against the target's ridge point (peak matrix FLOP/s over DRAM bandwidth), not by
+op type. A matrix-vector product (GPT-2 decode) or a depthwise convolution falls below the
+ridge and is lowered into basic operators; a GEMM above it stays a library call.
+
+Memory-intensive ops then form maximal convex subgraphs: connected through tensors, and no
+path leaves a subgraph through a library op and comes back.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from math import prod
+
+import networkx as nx
+
+from gir.frontend.basic import BasicGraph, BasicOp
+from gir.frontend.lower import lower_conv, lower_matmul, splice
+from gir.ir.dtypes import itemsize
+from gir.ir.target import Target
+
+LIBRARY_KINDS = ("matmul", "conv")
+
+
+@dataclass
+class Decision:
+    op: str
+    library: bool
+    flops: int
+    bytes: int
+    reason: str
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / max(self.bytes, 1)
+
+
+@dataclass
+class Partition:
+    graph: BasicGraph                       # with memory-bound matmuls/convs lowered
+    decisions: list[Decision]
+    library: list[BasicOp]
+    subgraphs: list[list[BasicOp]] = field(default_factory=list)
+
+
+def op_cost(op: BasicOp, graph: BasicGraph) -> tuple[int, int]:
+    """(FLOPs, DRAM bytes of inputs + output) of a matmul or convolution."""
+    t = graph.tensors
+    nbytes = sum(t[n].size * itemsize(t[n].dtype) for n in (*op.inputs, *op.outputs))
+    out = t[op.outputs[0]]
+    if op.kind == "matmul":
+        k = t[op.inputs[0]].shape[-1]
+        return 2 * out.size * k, nbytes
+    w = t[op.inputs[1]].shape  # (M, C/group, *kernel)
+    return 2 * out.size * prod(w[1:]), nbytes
+
+
+def partition(graph: BasicGraph, target: Target) -> Partition:
+    graph = copy.copy(graph)
+    graph.ops, graph.tensors = list(graph.ops), dict(graph.tensors)
+    decisions, library = [], []
+    for op in list(graph.ops):
+        if op.kind not in LIBRARY_KINDS:
+            continue
+        flops, nbytes = op_cost(op, graph)
+        intensity = flops / max(nbytes, 1)
+        above = intensity >= target.ridge_point
+        reason = (f"{intensity:.1f} FLOP/B {'>=' if above else '<'} ridge {target.ridge_point:.1f} FLOP/B of {target.name}")
+        decisions.append(Decision(op.name, above, flops, nbytes, reason))
+        if above:
+            library.append(op)
+        else:
+            splice(graph, op, (lower_matmul if op.kind == "matmul" else lower_conv)(op, graph))
+    memory = [op for op in graph.ops if op.kind not in LIBRARY_KINDS]
+    return Partition(graph, decisions, library, convex_subgraphs(graph, memory))
+
+
+def convex_subgraphs(graph: BasicGraph, memory: list[BasicOp]) -> list[list[BasicOp]]:
+    """Connected components of memory-intensive ops, split where a path leaves through a
+    library op and re-enters (each part then runs before or after that library call)."""
+    dag = nx.DiGraph()
+    producer = {t: op.name for op in graph.ops for t in op.outputs}
+    by_name = {op.name: op for op in graph.ops}
+    for op in graph.ops:
+        dag.add_node(op.name)
+        for t in op.inputs:
+            if t in producer:
+                dag.add_edge(producer[t], op.name)
+    mem = {op.name for op in memory}
+    depth = _library_depth(dag, mem)
+    undirected = nx.Graph()
+    undirected.add_nodes_from(mem)
+    undirected.add_edges_from((a, b) for a, b in dag.edges if a in mem and b in mem and depth[a] == depth[b])
+    order = {op.name: i for i, op in enumerate(graph.ops)}
+    parts = sorted(nx.connected_components(undirected), key=lambda p: min(order[n] for n in p))
+    return [[by_name[n] for n in sorted(part, key=order.get)] for part in parts]
+
+
+def _library_depth(dag: nx.DiGraph, mem: set) -> dict[str, int]:
+    """Library ops on the longest path to each op. Memory ops joined only at equal depth keep
+    every subgraph convex: a path out through a library op and back in raises the depth."""
+    depth = {}
+    for n in nx.topological_sort(dag):
+        depth[n] = max((depth[p] + (p not in mem) for p in dag.predecessors(n)), default=0)
+    return depth

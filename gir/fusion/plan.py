@@ -1,0 +1,238 @@
+"""Graph-level planning of a whole model: partition, movement composition, grouping of
+memory-intensive ops into fused GIR-Graphs, search over parallel structures ranked by the
+performance model, and structural-hash reuse for repeated layers.
+
+The result is an ordered list of steps (library calls and GIR-Graphs) with, per subgraph, the
+DRAM bytes of three plans: one kernel per op, GIR, and the compulsory bound (each external
+input read once, each escaping output written once).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from gir.frontend.basic import BasicGraph, BasicOp
+from gir.ir import GIRGraph
+from gir.ir.cost import level_bytes
+from gir.ir.dtypes import itemsize
+from gir.ir.target import Target
+from gir.rewrite import Step, optimize
+from gir.templates import candidates
+
+from .compose import compose, copy_candidates
+from .group import common_structures
+from .merge import merge_graphs, rename_op
+from .partition import LIBRARY_KINDS, Partition, partition
+from .perf import Estimate, estimate
+
+
+@dataclass
+class Kernel:
+    """One fused GIR-Graph (it may hold device syncs, i.e. several launches)."""
+    name: str
+    ops: list[str]
+    graph: GIRGraph
+    before: GIRGraph
+    log: list[Step]
+    estimate: Estimate
+    explored: int
+    reused: bool = False
+
+    @property
+    def reads(self) -> list[str]:
+        return [b.name for b in self.graph.buffers.values() if b.role in ("input", "const")]
+
+    @property
+    def writes(self) -> list[str]:
+        return [b.name for b in self.graph.buffers.values() if b.role == "output"]
+
+
+@dataclass
+class Subgraph:
+    ops: list[BasicOp]
+    kernels: list[Kernel]
+    unfused_bytes: int
+    gir_bytes: int
+    bound_bytes: int
+
+
+@dataclass
+class Plan:
+    graph: BasicGraph
+    target: Target
+    partition: Partition
+    subgraphs: list[Subgraph]
+    steps: list = field(default_factory=list)     # BasicOp (library) or Kernel, in execution order
+    aliases: dict[str, str] = field(default_factory=dict)  # view tensors -> the storage they share
+    search_seconds: float = 0.0
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [k for s in self.subgraphs for k in s.kernels]
+
+
+def _nbytes(graph: BasicGraph, names) -> int:
+    return sum(graph.tensors[n].size * itemsize(graph.tensors[n].dtype) for n in names)
+
+
+def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None) -> Plan:
+    """`limit`: parallel structures tried per group (deterministic order). `progress(i, n, text)`
+    is called once per subgraph."""
+    start = time.perf_counter()
+    part = partition(graph, target)
+    g = part.graph
+    result = Plan(g, target, part, [])
+    cache: dict = {}
+    for i, ops in enumerate(part.subgraphs):
+        if progress:
+            progress(i, len(part.subgraphs), ", ".join(op.name for op in ops[:3]) + (" ..." if len(ops) > 3 else ""))
+        result.subgraphs.append(_plan_subgraph(g, ops, target, limit, cache, result.aliases))
+    result.steps = _order(g, part.library, result.kernels, result.aliases)
+    result.search_seconds = time.perf_counter() - start
+    return result
+
+
+def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases) -> Subgraph:
+    comp = compose(g, ops)
+    aliases.update(comp.aliases)
+    kernels = []
+    for cands in copy_candidates(g, comp, target, []):
+        kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None))
+    absorbed = {id(op) for op in comp.absorbed}
+    rest = [op for op in ops if id(op) not in absorbed]
+    for group in _groups(g, rest, target, aliases):
+        kernels.append(_fuse_group(g, group, target, limit, cache, aliases))
+    produced = {t for op in ops for t in op.outputs}
+    external = {aliases.get(t, t) for op in ops for t in op.inputs if t not in produced}
+    escaping = _escaping(g, ops)
+    unfused = sum(_nbytes(g, set(op.inputs) | set(op.outputs)) for op in ops if op.kind != "view")
+    gir = sum(sum(level_bytes(k.graph).values()) for k in kernels)
+    return Subgraph(ops, kernels, unfused, gir, _nbytes(g, external | escaping))
+
+
+def _escaping(g: BasicGraph, ops: list[BasicOp]) -> set[str]:
+    inside = {id(op) for op in ops}
+    produced = {t for op in ops for t in op.outputs}
+    used = {t for op in g.ops if id(op) not in inside for t in op.inputs}
+    return {t for t in produced if t in used or t in g.outputs}
+
+
+def _groups(g: BasicGraph, ops: list[BasicOp], target, aliases) -> list[list[BasicOp]]:
+    """Greedy, in program order: an op joins the current group when it reads something the
+    group produced and every op of the group still shares a parallel primitive with it."""
+    groups, current, prims = [], [], None
+    produced: set[str] = set()
+    for op in ops:
+        offered = {c.graph.prim for c in candidates(op, g.tensors, target).candidates}
+        joins = current and any(aliases.get(t, t) in produced for t in op.inputs) and prims & offered
+        if joins:
+            current.append(op)
+            prims &= offered
+        else:
+            if current:
+                groups.append(current)
+            current, prims = [op], offered
+        produced |= set(op.outputs)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _fuse_group(g, ops, target, limit, cache, aliases) -> Kernel:
+    per_op = [[_aliased(c, aliases) for c in candidates(op, g.tensors, target).candidates] for op in ops]
+    key, names = _structure_key(g, ops, target, aliases)
+    escaping = {t for t in _escaping(g, ops)}
+    if key in cache:
+        kernel, old_names = cache[key]
+        return _renamed(kernel, dict(zip(old_names, names)), [op.name for op in ops])
+    kernel = _best(common_structures(per_op), "+".join(op.name for op in ops), [op.name for op in ops], limit, escaping)
+    cache[key] = (kernel, names)
+    return kernel
+
+
+def _best(choices, name, op_names, limit, escaping) -> Kernel:
+    best = None
+    for chosen in choices[:limit]:
+        merged = chosen[0].graph if escaping is None else merge_graphs(name, [c.graph for c in chosen], escaping)
+        optimized, log = optimize(merged)
+        est = estimate(optimized)
+        if best is None or est.seconds < best.estimate.seconds:
+            best = Kernel(name, op_names, optimized, merged, log, est, 0)
+    best.explored = min(len(choices), limit)
+    return best
+
+
+def _aliased(cand, aliases):
+    """A candidate whose reads of view tensors read the storage the view shares."""
+    names = {b for b in cand.graph.buffers if b in aliases}
+    if not names:
+        return cand
+    from copy import copy
+    renamed = copy(cand)
+    renamed.graph = _rename_graph(cand.graph, {n: aliases[n] for n in names})
+    return renamed
+
+
+def _rename_graph(graph: GIRGraph, mapping: dict[str, str]) -> GIRGraph:
+    out = GIRGraph(graph.name, graph.prim, graph.target)
+    for buf in graph.buffers.values():
+        name = mapping.get(buf.name, buf.name)
+        if name not in out.buffers:
+            out.buffer(name, buf.level, buf.shape or buf.size, buf.dtype, buf.role)
+    for _, op in graph.ops():
+        out.add(rename_op(op, mapping))
+    return out
+
+
+def _structure_key(g, ops, target, aliases):
+    """Identical groups (the repeated layers of a transformer) hash alike; `names` lists the
+    group's tensors in a canonical order so a cached kernel can be renamed onto another copy."""
+    names: list[str] = []
+
+    def canon(t):
+        t = aliases.get(t, t)
+        if t not in names:
+            names.append(t)
+        tensor = g.tensors[t]
+        const = tensor.value.tobytes() if tensor.value is not None and tensor.size <= 16 else None
+        return (names.index(t), tensor.shape, tensor.dtype, tensor.value is not None, const)
+
+    key = tuple((op.kind, repr(sorted((k, str(v)) for k, v in op.attrs.items())),
+                 tuple(canon(t) for t in op.inputs), tuple(canon(t) for t in op.outputs)) for op in ops)
+    escaping = tuple(sorted(names.index(aliases.get(t, t)) for t in _escaping(g, ops)))
+    return (key, escaping, target.name), names
+
+
+def _renamed(kernel: Kernel, mapping: dict[str, str], op_names) -> Kernel:
+    return Kernel(kernel.name, op_names, _rename_graph(kernel.graph, mapping), _rename_graph(kernel.before, mapping),
+                  kernel.log, kernel.estimate, kernel.explored, reused=True)
+
+
+def _order(g: BasicGraph, library: list[BasicOp], kernels: list[Kernel], aliases) -> list:
+    """Execution order: a topological order of library calls and kernels by the tensors they pass."""
+    dag = nx.DiGraph()
+    writer = {}
+    steps = list(library) + list(kernels)
+    for i, step in enumerate(steps):
+        dag.add_node(i)
+        outs = step.outputs if isinstance(step, BasicOp) else step.writes
+        for t in outs:
+            writer[aliases.get(t, t)] = i
+    for i, step in enumerate(steps):
+        ins = step.inputs if isinstance(step, BasicOp) else step.reads
+        for t in ins:
+            w = writer.get(aliases.get(t, t))
+            if w is not None and w != i:
+                dag.add_edge(w, i)
+    position = {op.name: k for k, op in enumerate(g.ops)}
+
+    def first_op(i):
+        step = steps[i]
+        return position[step.name] if isinstance(step, BasicOp) else min(position.get(n, 0) for n in step.ops)
+
+    return [steps[i] for i in nx.lexicographical_topological_sort(dag, key=first_op)]
+
+
+__all__ = ["Plan", "Subgraph", "Kernel", "plan", "LIBRARY_KINDS"]
