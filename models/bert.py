@@ -55,8 +55,11 @@ def self_attention(b: GraphBuilder, x: str, mask: str | None, cfg: dict, name: s
         return b.linear(ctx, H, H, "output/dense")
 
 
-def build(tiny: bool = False) -> onnx.ModelProto:
-    cfg = TINY if tiny else FULL
+def build(tiny: bool = False, layers: int | None = None) -> onnx.ModelProto:
+    """`layers` overrides the layer count (the rewrite benchmark uses one full-size layer)."""
+    cfg = dict(TINY if tiny else FULL)
+    if layers is not None:
+        cfg["layers"] = layers
     B, S, H, L, F = cfg["batch"], cfg["seq"], cfg["hidden"], cfg["layers"], cfg["ffn"]
     b = GraphBuilder("bert_tiny" if tiny else "bert_base", seed=1)
     ids = b.input("input_ids", TensorProto.INT64, [B, S])

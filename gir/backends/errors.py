@@ -16,3 +16,8 @@ class ToolchainMissingError(RuntimeError):
 
 class NoDeviceError(RuntimeError):
     """No GPU driver or device here: kernels compile but cannot be launched."""
+
+
+class ResourceError(RuntimeError):
+    """An emitted kernel compiled but would not run well or at all on the target: it spills
+    registers or needs more shared memory than a block may have. The message is one line."""

@@ -64,8 +64,10 @@ def partition(graph: BasicGraph, target: Target) -> Partition:
             continue
         flops, nbytes = op_cost(op, graph)
         intensity = flops / max(nbytes, 1)
-        above = intensity >= target.ridge_point
-        reason = (f"{intensity:.1f} FLOP/B {'>=' if above else '<'} ridge {target.ridge_point:.1f} FLOP/B of {target.name}")
+        dtype = graph.tensors[op.inputs[0]].dtype
+        ridge = target.ridge_point(dtype)
+        above = intensity >= ridge
+        reason = f"{intensity:.1f} FLOP/B {'>=' if above else '<'} {dtype} ridge {ridge:.1f} FLOP/B of {target.name}"
         decisions.append(Decision(op.name, above, flops, nbytes, reason))
         if above:
             library.append(op)

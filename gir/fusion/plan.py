@@ -19,9 +19,9 @@ from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize
 from gir.ir.target import Target
 from gir.rewrite import Step, optimize
-from gir.templates import candidates
 
 from .compose import compose, copy_candidates
+from .fold import provider
 from .group import common_structures
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
@@ -38,6 +38,7 @@ class Kernel:
     log: list[Step]
     estimate: Estimate
     explored: int
+    rewrite_seconds: float = 0.0
     reused: bool = False
 
     @property
@@ -97,13 +98,19 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None) -> Pl
 def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases) -> Subgraph:
     comp = compose(g, ops)
     aliases.update(comp.aliases)
+    absorbed = {id(op) for op in comp.absorbed}
+    rest = [op for op in ops if id(op) not in absorbed]
+    cands_for, unread = provider(g, comp, target)
+    for op in rest:
+        cands_for(op)
+    still_read = {t for op in g.ops if id(op) not in absorbed for t in op.inputs
+                  if t not in unread.get(op.name, set())} | set(g.outputs)
+    comp.written = [t for t in comp.written if t in still_read]
     kernels = []
     for cands in copy_candidates(g, comp, target, []):
         kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None))
-    absorbed = {id(op) for op in comp.absorbed}
-    rest = [op for op in ops if id(op) not in absorbed]
-    for group in _groups(g, rest, target, aliases):
-        kernels.append(_fuse_group(g, group, target, limit, cache, aliases))
+    for group in _groups(g, rest, cands_for, aliases):
+        kernels.append(_fuse_group(g, group, target, limit, cache, aliases, cands_for))
     produced = {t for op in ops for t in op.outputs}
     external = {aliases.get(t, t) for op in ops for t in op.inputs if t not in produced}
     escaping = _escaping(g, ops)
@@ -119,13 +126,13 @@ def _escaping(g: BasicGraph, ops: list[BasicOp]) -> set[str]:
     return {t for t in produced if t in used or t in g.outputs}
 
 
-def _groups(g: BasicGraph, ops: list[BasicOp], target, aliases) -> list[list[BasicOp]]:
+def _groups(g: BasicGraph, ops: list[BasicOp], cands_for, aliases) -> list[list[BasicOp]]:
     """Greedy, in program order: an op joins the current group when it reads something the
     group produced and every op of the group still shares a parallel primitive with it."""
     groups, current, prims = [], [], None
     produced: set[str] = set()
     for op in ops:
-        offered = {c.graph.prim for c in candidates(op, g.tensors, target).candidates}
+        offered = {c.graph.prim for c in cands_for(op).candidates}
         joins = current and any(aliases.get(t, t) in produced for t in op.inputs) and prims & offered
         if joins:
             current.append(op)
@@ -140,27 +147,31 @@ def _groups(g: BasicGraph, ops: list[BasicOp], target, aliases) -> list[list[Bas
     return groups
 
 
-def _fuse_group(g, ops, target, limit, cache, aliases) -> Kernel:
-    per_op = [[_aliased(c, aliases) for c in candidates(op, g.tensors, target).candidates] for op in ops]
-    key, names = _structure_key(g, ops, target, aliases)
-    escaping = {t for t in _escaping(g, ops)}
+def _fuse_group(g, ops, target, limit, cache, aliases, cands_for) -> Kernel:
+    per_op = [[_aliased(c, aliases) for c in cands_for(op).candidates] for op in ops]
+    choices = common_structures(per_op)
+    escaping = _escaping(g, ops)
+    name = "+".join(op.name for op in ops)
+    key, names = _structure_key(g, merge_graphs(name, [c.graph for c in choices[0]], escaping))
     if key in cache:
         kernel, old_names = cache[key]
         return _renamed(kernel, dict(zip(old_names, names)), [op.name for op in ops])
-    kernel = _best(common_structures(per_op), "+".join(op.name for op in ops), [op.name for op in ops], limit, escaping)
+    kernel = _best(choices, name, [op.name for op in ops], limit, escaping)
     cache[key] = (kernel, names)
     return kernel
 
 
 def _best(choices, name, op_names, limit, escaping) -> Kernel:
-    best = None
+    best, rewrite = None, 0.0
     for chosen in choices[:limit]:
         merged = chosen[0].graph if escaping is None else merge_graphs(name, [c.graph for c in chosen], escaping)
+        start = time.perf_counter()
         optimized, log = optimize(merged)
+        rewrite += time.perf_counter() - start
         est = estimate(optimized)
         if best is None or est.seconds < best.estimate.seconds:
             best = Kernel(name, op_names, optimized, merged, log, est, 0)
-    best.explored = min(len(choices), limit)
+    best.explored, best.rewrite_seconds = min(len(choices), limit), rewrite
     return best
 
 
@@ -186,28 +197,24 @@ def _rename_graph(graph: GIRGraph, mapping: dict[str, str]) -> GIRGraph:
     return out
 
 
-def _structure_key(g, ops, target, aliases):
-    """Identical groups (the repeated layers of a transformer) hash alike; `names` lists the
-    group's tensors in a canonical order so a cached kernel can be renamed onto another copy."""
-    names: list[str] = []
-
-    def canon(t):
-        t = aliases.get(t, t)
-        if t not in names:
-            names.append(t)
-        tensor = g.tensors[t]
-        const = tensor.value.tobytes() if tensor.value is not None and tensor.size <= 16 else None
-        return (names.index(t), tensor.shape, tensor.dtype, tensor.value is not None, const)
-
-    key = tuple((op.kind, repr(sorted((k, str(v)) for k, v in op.attrs.items())),
-                 tuple(canon(t) for t in op.inputs), tuple(canon(t) for t in op.outputs)) for op in ops)
-    escaping = tuple(sorted(names.index(aliases.get(t, t)) for t in _escaping(g, ops)))
-    return (key, escaping, target.name), names
+def _structure_key(g: BasicGraph, merged: GIRGraph):
+    """Identical groups (the repeated layers of a transformer) hash alike: the merged graph
+    with its DRAM tensors renamed by order of declaration (small constants by value). `names`
+    lists the real tensors in that order, so a cached kernel can be renamed onto another copy."""
+    names = [b.name for b in merged.buffers.values() if b.level == "dram"]
+    canon = {n: f"T{i}" for i, n in enumerate(names)}
+    buffers = []
+    for b in merged.buffers.values():
+        value = g.tensors[b.name].value if b.level == "dram" and b.name in g.tensors else None
+        small = value.tobytes() if value is not None and value.size <= 16 else None
+        buffers.append((canon.get(b.name, b.name), b.level, b.size, b.dtype, b.role, small))
+    ops = tuple(str(rename_op(op, canon)) for _, op in merged.ops())
+    return (merged.prim, merged.target.name, tuple(buffers), ops), names
 
 
 def _renamed(kernel: Kernel, mapping: dict[str, str], op_names) -> Kernel:
-    return Kernel(kernel.name, op_names, _rename_graph(kernel.graph, mapping), _rename_graph(kernel.before, mapping),
-                  kernel.log, kernel.estimate, kernel.explored, reused=True)
+    return Kernel("+".join(op_names), op_names, _rename_graph(kernel.graph, mapping), _rename_graph(kernel.before, mapping),
+                  kernel.log, kernel.estimate, kernel.explored, 0.0, reused=True)
 
 
 def _order(g: BasicGraph, library: list[BasicOp], kernels: list[Kernel], aliases) -> list:

@@ -50,6 +50,7 @@ class Stats:
 class Result:
     outputs: dict[str, np.ndarray]
     stats: Stats
+    written: dict[str, np.ndarray] = field(default_factory=dict)  # per output: which elements were written
 
 
 class _Storage:
@@ -66,9 +67,10 @@ class _Storage:
 
 
 class Interpreter:
-    def __init__(self, graph: GIRGraph, check_races: bool = True):
+    def __init__(self, graph: GIRGraph, check_races: bool = True, complete: bool = True):
         self.g = graph
         self.check_races = check_races
+        self.complete = complete
         self.env = graph.prim.env()
         self.lanes = graph.target.lanes_per_unit
         self.upb = graph.prim.units_per_block
@@ -80,15 +82,16 @@ class Interpreter:
         self.mem = {name: self._allocate(buf, feeds) for name, buf in self.g.buffers.items()}
         for node, op in self.g.ops():
             self._execute(node, op)
-        outputs = {}
+        outputs, written = {}, {}
         for buf in self.g.role_buffers("output"):
             st = self.mem[buf.name]
             missing = int((st.unit == UNWRITTEN).sum())
-            if missing:
+            written[buf.name] = (st.unit != UNWRITTEN).reshape(buf.shape or (buf.size,))
+            if missing and self.complete:
                 first = int(np.argmax(st.unit == UNWRITTEN))
                 raise InterpreterError(f"{self.g.name}: output {buf.name!r} has {missing} of {buf.size} elements never written (first: {first})")
             outputs[buf.name] = st.data.reshape(buf.shape or (buf.size,)).copy()
-        return Result(outputs, self.stats)
+        return Result(outputs, self.stats, written)
 
     # -- storage ----------------------------------------------------------------------
     def _allocate(self, buf: Buffer, feeds) -> _Storage:
@@ -243,5 +246,7 @@ class Interpreter:
         self.stats.syncs[SCOPE_NAMES[op.scope]] += 1
 
 
-def run(graph: GIRGraph, feeds: dict[str, np.ndarray], check_races: bool = True) -> Result:
-    return Interpreter(graph, check_races).run(feeds)
+def run(graph: GIRGraph, feeds: dict[str, np.ndarray], check_races: bool = True, complete: bool = True) -> Result:
+    """`complete=False` allows outputs that this graph writes only partly (several kernels
+    writing disjoint parts of one tensor); `Result.written` tells which elements it wrote."""
+    return Interpreter(graph, check_races, complete).run(feeds)

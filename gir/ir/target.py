@@ -76,10 +76,11 @@ class Target:
     def dram_bandwidth(self) -> float:
         return self.level(DRAM).bandwidth_bytes_per_s
 
-    @property
-    def ridge_point(self) -> float:
-        """FLOP per DRAM byte above which an op is compute-bound (the partition threshold)."""
-        return self.peak_matrix_flops / self.dram_bandwidth
+    def ridge_point(self, dtype: str = "float32") -> float:
+        """FLOP per DRAM byte above which an op is compute-bound (the partition threshold).
+        fp16 GEMMs run on the matrix units; fp32 ones on the vector units (no silent TF32)."""
+        peak = self.peak_matrix_flops if dtype == "float16" else self.peak_flops
+        return peak / self.dram_bandwidth
 
     @property
     def register_bytes_per_lane(self) -> int:

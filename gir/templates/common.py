@@ -72,10 +72,12 @@ def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tup
     return tuple(0 if n == 1 and o != 1 else s for n, o, s in zip(padded, out_shape, own))
 
 
-def new_graph(op: BasicOp, tensors: dict[str, Tensor], target: Target, prim: ParallelPrimitive, structure: str) -> GIRGraph:
-    """A graph with the op's tensors declared as DRAM buffers (inputs, constants, outputs)."""
+def new_graph(op: BasicOp, tensors: dict[str, Tensor], target: Target, prim: ParallelPrimitive, structure: str,
+              inputs: list[str] | None = None) -> GIRGraph:
+    """A graph with the op's tensors declared as DRAM buffers (inputs, constants, outputs).
+    `inputs` replaces op.inputs where an operand is read through a folded view of another tensor."""
     g = GIRGraph(f"{op.name}:{structure}", prim, target)
-    for name in dict.fromkeys(op.inputs):
+    for name in dict.fromkeys(op.inputs if inputs is None else inputs):
         t = tensors[name]
         g.buffer(name, DRAM, t.shape or (1,), t.dtype, role="const" if t.is_const else "input")
     for name in op.outputs:

@@ -8,13 +8,18 @@ from .common import broadcast_strides, unique_views
 from .pointwise import pointwise_candidates, register_result
 
 
-def generate(op, tensors, target, rejected):
+def generate(op, tensors, target, rejected, views=None):
+    """`views`: per input (tensor, offset, strides over the output's index space); by default
+    each input itself with numpy broadcasting. A planner passes views to read a layout's source
+    directly instead of a materialised copy."""
     out = tensors[op.outputs[0]]
     shape = out.shape or (1,)
     ins = [tensors[n] for n in op.inputs]
     cdt = compute_dtype([t.dtype for t in ins], op.attrs["dtype"])
     cdt = "float32" if cdt == "float16" else cdt
-    operand_strides = [contiguous_strides(shape), *[broadcast_strides(t.shape, shape) for t in ins]]
+    if views is None:
+        views = [(t.name, 0, broadcast_strides(t.shape, shape)) for t in ins]
+    operand_strides = [contiguous_strides(shape), *[v[2] for v in views]]
 
     def compute(g, regs, box, vec):
         result = register_result(g, box, out.dtype)
@@ -23,6 +28,6 @@ def generate(op, tensors, target, rejected):
 
     cands = []
     for dims, strides in unique_views(shape, operand_strides):
-        views = [(t.name, 0, s) for t, s in zip(ins, strides[1:])]
-        cands += pointwise_candidates(op, tensors, target, dims, views, strides[0], compute, rejected)
+        coalesced = [(name, offset, s) for (name, offset, _), s in zip(views, strides[1:])]
+        cands += pointwise_candidates(op, tensors, target, dims, coalesced, strides[0], compute, rejected)
     return cands

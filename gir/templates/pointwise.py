@@ -28,7 +28,7 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
     for structure, rows, chunk, upb in box_choices(dims, target):
         for vec in vec_choices(chunk, padded, target.lanes_per_unit):
             box = Box(dims, rows, chunk, upb)
-            g = new_graph(op, tensors, target, box.prim(), structure)
+            g = new_graph(op, tensors, target, box.prim(), structure, [v[0] for v in in_views])
             regs = [load(g, box.slice(name, offset, st), f"in{i}", box.size, tensors[name].dtype, vec=vec)
                     for i, ((name, offset, _), st) in enumerate(zip(in_views, in_strides))]
             result = compute(g, regs, box, vec) if compute else regs[0]

@@ -24,14 +24,14 @@ from gir.ir.validate import GraphError
 from .common import Candidate, new_graph
 
 
-def split_dims(shape, axes):
+def split_dims(shape, axes, strides=None):
     """Coalesced (size, stride) lists of kept and reduced dimensions, in input order."""
     groups = []
-    for d, (n, s) in enumerate(zip(shape, contiguous_strides(shape))):
+    for d, (n, s) in enumerate(zip(shape, strides or contiguous_strides(shape))):
         if n == 1:
             continue
         kind = "R" if d in axes else "K"
-        if groups and groups[-1][0] == kind:
+        if groups and groups[-1][0] == kind and groups[-1][2] == s * n:
             groups[-1] = (kind, groups[-1][1] * n, s)
         else:
             groups.append((kind, n, s))
@@ -43,11 +43,12 @@ def split_dims(shape, axes):
 class _Plan:
     """Addressing shared by the structures: kept dims but the innermost are grid axes."""
 
-    def __init__(self, op, tensors, target):
+    def __init__(self, op, tensors, target, view=None):
         self.op, self.tensors, self.target = op, tensors, target
         x, y = tensors[op.inputs[0]], tensors[op.outputs[0]]
-        self.x, self.y = x, y
-        self.kept, self.red = split_dims(x.shape or (1,), set(op.attrs["axes"]))
+        source, self.offset, strides = view or (x.name, 0, None)
+        self.x, self.y = tensors[source], y
+        self.kept, self.red = split_dims(x.shape or (1,), set(op.attrs["axes"]), strides)
         self.group = prod(n for n, _ in self.red)
         kept_sizes = [n for n, _ in self.kept]
         self.out_strides = contiguous_strides(kept_sizes)
@@ -58,7 +59,7 @@ class _Plan:
     def outer(self, skip_last: bool):
         """(grid sizes, input base, output base) over the kept dims used as grid axes."""
         dims = self.kept[:-1] if skip_last else self.kept
-        base_in, base_out, grid = Affine(0), Affine(0), []
+        base_in, base_out, grid = Affine(self.offset), Affine(0), []
         for c, ((n, s), os) in enumerate(zip(dims, self.out_strides)):
             grid.append(n)
             base_in, base_out = base_in + block_coord(c) * s, base_out + block_coord(c) * os
@@ -90,7 +91,7 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int):
     grid, base_in, base_out = p.outer(skip_last=True)
     grid.append(ceil(k_last / (outs * upb)))
     q = block_coord(len(grid) - 1) * upb + W
-    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), structure)
+    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), structure, [p.x.name])
     red_sizes = tuple(n for n, _ in p.red)
     src = Slice(p.x.name, base_in + q * (outs * s_last), (outs, *red_sizes), (s_last, *(s for _, s in p.red)),
                 (k_last - q * outs, *([None] * len(red_sizes))))
@@ -124,7 +125,7 @@ def _block(plan: _Plan, upb: int, phases: int):
     else:
         t, lead = W, W
     structure = "block" if phases == 1 else "two_phase"
-    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), structure)
+    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), structure, [p.x.name])
     g.buffer("%in", REGISTER, chunk, p.x.dtype)
     src = Slice.flat(p.x.name, base_in + t * (chunk * stride), chunk, limit=size - t * chunk)
     if stride != 1:
@@ -161,8 +162,9 @@ def _elements_per_lane(plan: _Plan, structure: str, params: dict) -> int:
     return ceil(plan.group / (workers * lanes))
 
 
-def generate(op, tensors, target, rejected):
-    plan = _Plan(op, tensors, target)
+def generate(op, tensors, target, rejected, view=None):
+    """`view`: read the input as (tensor, offset, strides over the input's shape) instead."""
+    plan = _Plan(op, tensors, target, view)
     lanes, upbs = target.lanes_per_unit, [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
     builds = []
     for upb in upbs:

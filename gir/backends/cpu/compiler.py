@@ -1,0 +1,79 @@
+"""Build emitted C with the system compiler into a cached shared library, and run graphs.
+
+Why the system `cc` and ctypes: every Linux CI image has gcc with OpenMP, and a shared library
+called through ctypes needs no Python extension build. Libraries are cached by a hash of the
+compiler version, flags and source under the system temp dir, so tests rebuild nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from ..errors import CompileError, ToolchainMissingError
+from ..kernels import CompiledGraph, allocate_dram, collect_outputs, emit_graph
+from .emitter import CpuEmitter
+
+CC = os.environ.get("CC", "cc")
+FLAGS = ("-O2", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+_lock = threading.Lock()
+_libs: dict[str, ctypes.CDLL] = {}
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("GIR_CPU_CACHE") or Path(tempfile.gettempdir()) / f"gir-cpu-{os.getuid()}")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@lru_cache(maxsize=None)
+def _compiler_id() -> str:
+    if shutil.which(CC) is None:
+        raise ToolchainMissingError(f"no C compiler {CC!r} on PATH: install gcc (apt-get install gcc) or set CC")
+    return subprocess.run([CC, "--version"], capture_output=True, text=True).stdout
+
+
+def build(source: str, name: str = "gir") -> ctypes.CDLL:
+    """Compile (or fetch from the cache) and load a library of emitted kernels."""
+    key = hashlib.sha256(f"{_compiler_id()}\0{' '.join(FLAGS)}\0{source}".encode()).hexdigest()[:32]
+    with _lock:
+        if key in _libs:
+            return _libs[key]
+        out = cache_dir() / f"{key}.so"
+        if not out.exists():
+            src = cache_dir() / f"{key}.{os.getpid()}.c"
+            src.write_text(source)
+            tmp = out.with_suffix(f".{os.getpid()}.tmp")
+            proc = subprocess.run([CC, *FLAGS, str(src), "-o", str(tmp), "-lm"], capture_output=True, text=True)
+            src.unlink()
+            if proc.returncode:
+                raise CompileError(f"C source of {name!r}", f"the CPU ({CC})", proc.stderr)
+            os.replace(tmp, out)  # atomic: a concurrent process never loads a partial file
+        _libs[key] = ctypes.CDLL(str(out))
+        return _libs[key]
+
+
+def compile(graph, target=None) -> CompiledGraph:
+    source, kernels = emit_graph(CpuEmitter(target or graph.target), graph)
+    return CompiledGraph(source, kernels, build(source, graph.name))
+
+
+def run(graph, feeds: dict, edit: Callable[[str], str] | None = None) -> dict:
+    """Outputs of `graph` computed by its emitted C kernels, launched in order. `edit` rewrites
+    the source before it is built (tests inject bugs with it)."""
+    source, kernels = emit_graph(CpuEmitter(graph.target), graph)
+    lib = build(edit(source) if edit else source, graph.name)
+    arrays = allocate_dram(graph, feeds)
+    for k in kernels:
+        fn = getattr(lib, k.name)
+        fn.argtypes = [ctypes.c_void_p] * len(k.params)
+        fn.restype = None
+        fn(*[arrays[b.name].ctypes.data for b in k.params])
+    return collect_outputs(graph, arrays)

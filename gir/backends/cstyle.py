@@ -1,0 +1,812 @@
+"""One C-like emitter for every backend: a Kernel becomes its parallel structure (block
+coordinates, unit in block, lane) followed by each gOperator in program order. Dialects
+override names and a few strategies (types, shuffles, barriers, prologue), after tinygrad's
+renderer/cstyle.py: CUDA and HIP are thin subclasses, the CPU overrides the register model.
+
+GPU registers. A register buffer is a per-lane local array. Element `a` lives in lane
+`(a // vec) % lanes` at local index `(a // (vec*lanes))*vec + a % vec`, `vec` being that of the
+buffer's first non-uniform writer (GOp.lane_of_output); a writer whose slice is not the plain
+0-based one defines the placement by table instead. A buffer whose writers are all `uniform`
+is replicated: every lane holds element `a` at index `a`. Every gOperator is unrolled at emit
+time, one block per (chunk, vec position) with k = c + vec*lane, so local indices are
+constants and the arrays stay in registers. Where each lane's element is decided (owner lane,
+local index) is computed for all lanes at emit time.
+
+Cross-lane reads (legal only after a Sync(UNIT) in the IR) are warp shuffles from the owner
+lane, hoisted out of any per-lane guard so the whole warp executes them. A cooperative Reduce
+(`uniform`) is a per-lane partial over the elements the lane holds, then an xor-shuffle
+butterfly over the smallest aligned lane segment that holds a group; outputs whose groups sit
+in different segments share one butterfly, and a final shuffle from the segment replicates
+each result. Sync(UNIT) on registers therefore emits nothing.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+
+from gir.ir import BLOCK, DRAM, LANE, REGISTER, SHARED, UNIT
+from gir.ir.affine import Affine
+from gir.ir.dtypes import accumulator
+from gir.ir.expr import Call, Const, Input, evaluate
+from gir.ir.gops import Reduce, Sync, reduce_identity
+from gir.ir.slices import Slice
+
+from .kernels import EmitError, Kernel, c_identifier
+
+MAX_RUNS = 16  # longest per-lane select chain before falling back to dynamic indexing
+COMPARE = {"eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">="}
+INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "floor": "floor",
+            "ceil": "ceil", "sin": "sin", "cos": "cos", "abs": "fabs", "pow": "pow", "mod": "fmod"}
+
+
+# -- integer index expressions -----------------------------------------------------------------
+def affine_c(expr: Affine) -> str:
+    parts = [n if c == 1 else f"-{n}" if c == -1 else f"{c}*{n}" for n, c in expr.terms]
+    text = " + ".join(parts + ([str(expr.const)] if expr.const or not parts else []))
+    return text.replace("+ -", "- ")
+
+
+def add_c(a: str, b: str) -> str:
+    if a == "0":
+        return b
+    if b == "0":
+        return a
+    return f"{a} - {b[1:]}" if b.startswith("-") else f"{a} + {b}"
+
+
+def linear_c(c: int, m: int, var: str) -> str:
+    term = "" if m == 0 else var if m == 1 else f"-{var}" if m == -1 else f"{m}*{var}"
+    if not term:
+        return str(c)
+    return term if c == 0 else add_c(str(c), term)
+
+
+def lane_runs(values: np.ndarray, consider: np.ndarray) -> list[tuple[int, int]]:
+    """(end lane, value) runs over the lanes that matter; the others extend a neighbour."""
+    runs: list[list[int]] = []
+    for lane in np.flatnonzero(consider):
+        v = int(values[lane])
+        if runs and runs[-1][1] == v:
+            runs[-1][0] = lane + 1
+        else:
+            runs.append([lane + 1, v])
+    return [(e, v) for e, v in runs]
+
+
+@dataclass
+class Idx:
+    """An element index: its C expression and, on GPUs, its compile-time value in every lane
+    (`valid` marks the lanes that have the element). Tables decide register placement."""
+    expr: str
+    lanes: np.ndarray | None = None
+    valid: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.lanes is not None:
+            if self.valid is None:
+                self.valid = np.ones(len(self.lanes), bool)
+            form = lane_form(self.lanes, self.valid)
+            if form is not None:
+                self.expr = form
+
+    def _map(self, fmt: str, fn) -> "Idx":
+        return Idx(fmt.format(paren(self.expr)), None if self.lanes is None else fn(self.lanes), self.valid)
+
+    def div(self, n: int) -> "Idx":
+        return self if n == 1 else self._map(f"{{}} / {n}", lambda v: v // n)
+
+    def mod(self, n: int) -> "Idx":
+        return Idx("0", None if self.lanes is None else 0 * self.lanes, self.valid) if n == 1 else \
+            self._map(f"{{}} % {n}", lambda v: v % n)
+
+    def lin(self, mul: int, add: int) -> "Idx":
+        return self._map(f"{{}}*{mul} + {add}", lambda v: v * mul + add)
+
+    @property
+    def const(self) -> int | None:
+        if self.lanes is None:
+            return int(self.expr) if self.expr.lstrip("-").isdigit() else None
+        vals = self.lanes[self.valid]
+        return int(vals[0]) if len(vals) and (vals == vals[0]).all() else None
+
+
+def lane_form(values: np.ndarray, valid: np.ndarray) -> str | None:
+    """`c` or `c + m*lane` when the valid lanes' values fit it exactly."""
+    idx = np.flatnonzero(valid)
+    if not len(idx):
+        return "0"
+    v = values[idx]
+    if (v == v[0]).all():
+        return str(int(v[0]))
+    span = idx[-1] - idx[0]
+    m = (int(v[-1]) - int(v[0])) // span
+    c = int(v[0]) - m * int(idx[0])
+    return linear_c(c, m, "lane") if (v == c + m * idx).all() else None
+
+
+def paren(e: str) -> str:
+    return e if re.fullmatch(r"-?\w+", e) else f"({e})"
+
+
+def and_c(conds: list[str]) -> str:
+    conds = list(dict.fromkeys(conds))  # a Move's source and destination masks often coincide
+    if len(conds) == 1:
+        return conds[0]
+    return " && ".join(f"({c})" if " " in c and not c.startswith("(") else c for c in conds) or "true"
+
+
+@dataclass
+class Elem:
+    """The output element one emitted block computes; `pre` holds statements every lane runs
+    before the per-lane guard (shuffles)."""
+    k: Idx
+    guard: str | None = None
+    pre: list[str] = field(default_factory=list)
+    temps: int = 0
+    loop: int | None = None  # CPU: k is the variable of a loop with this trip count
+
+    def tmp(self) -> str:
+        self.temps += 1
+        return f"t{self.temps - 1}"
+
+
+@dataclass
+class RegLayout:
+    """Where each address of a register buffer lives: owner lane (-1: every lane) and local index."""
+    owner: np.ndarray
+    slot: np.ndarray
+    vec: int | None  # set when owner/slot follow the closed formula (usable at run time)
+
+    @property
+    def replicated(self) -> bool:
+        return bool((self.owner == -1).all())
+
+    @property
+    def nslots(self) -> int:
+        return int(self.slot.max()) + 1
+
+
+def guarded(conds: list[str], lines: list[str]) -> list[str]:
+    if not conds:
+        return lines
+    if len(lines) == 1:
+        return [f"if ({and_c(conds)}) {lines[0]}"]
+    return [f"if ({and_c(conds)}) {{", *["  " + ln for ln in lines], "}"]
+
+
+def block(header: str, lines: list[str], footer: str = "}") -> list[str]:
+    return [header, *["  " + ln for ln in lines], footer]
+
+
+class CStyle:
+    """The shared emitter; dialect subclasses set the class attributes and hooks below."""
+    kernel_prefix = 'extern "C" __global__ void'
+    restrict = "__restrict__"
+    shared_prefix = "__shared__ "
+    distributed_registers = True  # per-lane register arrays (GPU) vs per-unit address arrays (CPU)
+    types = {"float32": "float", "float16": "__half", "float64": "double", "int64": "long long",
+             "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
+    shuffle_types = {"float32": "float", "float64": "double", "int64": "long long"}  # others go as int/float
+
+    def __init__(self, target):
+        self.target = target
+        self.L = target.lanes_per_unit
+
+    # -- dialect hooks ----------------------------------------------------------------------
+    def prelude(self) -> str:
+        return ""
+
+    def launch_bounds(self, k: Kernel) -> str:
+        return f"__launch_bounds__({k.block_threads}) "
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
+    def sync_unit(self) -> str:
+        return "__syncwarp();"
+
+    def shfl(self, value: str, src: str) -> str:
+        return f"GIR_SHFL({value}, {src})"
+
+    def shfl_xor(self, value: str, mask: int) -> str:
+        return f"GIR_SHFL_XOR({value}, {mask})"
+
+    def half_to_float(self, x: str) -> str:
+        return f"__half2float({x})"
+
+    def float_to_half(self, x: str) -> str:
+        return f"__float2half({x})"
+
+    # -- kernel --------------------------------------------------------------------------------
+    def emit(self, kernel: Kernel) -> str:
+        return self.prelude() + "\n" + self.kernel_source(kernel)
+
+    def kernel_source(self, k: Kernel) -> str:
+        self.k = k
+        self.names = self._names(k)
+        self.layouts = self._layouts(k) if self.distributed_registers else {}
+        body = self.prologue(k) + self.declarations(k)
+        last = None
+        for node, op in k.ops:
+            lines = self.emit_op(op)
+            if isinstance(op, Sync) and lines and lines == last:
+                continue  # back-to-back barriers of one kind: the first covers both
+            summary = str(op).replace("\n", " ")
+            body += [f"// #{node} {summary[:150]}{'...' if len(summary) > 150 else ''}", *lines]
+            last = lines if isinstance(op, Sync) else None
+        head, tail = self.kernel_frame(k)
+        pad = "  " * len(tail)  # one level per enclosing brace
+        return "\n".join([*head, *[pad + ln for ln in body], *tail]) + "\n"
+
+    def kernel_frame(self, k: Kernel) -> tuple[list[str], list[str]]:
+        params = ", ".join(self.param(b, k) for b in k.params)
+        return [f"{self.kernel_prefix} {self.launch_bounds(k)}{k.name}({params}) {{"], ["}"]
+
+    def param(self, buf, k: Kernel) -> str:
+        const = "" if k.is_written(buf.name) else "const "
+        return f"{const}{self.types[buf.dtype]}* {self.restrict} {self.names[buf.name]}"
+
+    def prologue(self, k: Kernel) -> list[str]:
+        upb = k.prim.units_per_block
+        lines = [f"const int lane = threadIdx.x % {self.L};", f"const int w = threadIdx.x / {self.L};",
+                 "const int b = blockIdx.x;", f"const int u = b * {upb} + w;"]
+        return lines + self.block_coords(k)
+
+    def block_coords(self, k: Kernel) -> list[str]:
+        grid, out = k.prim.grid, []
+        for i, n in enumerate(grid):
+            inner = prod(grid[i + 1:])
+            expr = "b" if inner == 1 else f"b / {inner}"
+            out.append(f"const int b{i} = {0 if n == 1 else expr if i == 0 else f'({expr}) % {n}'};")
+        return out
+
+    def declarations(self, k: Kernel) -> list[str]:
+        out = []
+        for name, buf in k.buffers.items():
+            if buf.level == SHARED:
+                out.append(f"{self.shared_prefix}{self.types[buf.dtype]} {self.names[name]}[{buf.size}];")
+            elif buf.level == REGISTER:
+                size = self.layouts[name].nslots if self.distributed_registers else buf.size
+                out.append(f"{self.types[buf.dtype]} {self.names[name]}[{size}];")
+        return out
+
+    @staticmethod
+    def _names(k: Kernel) -> dict[str, str]:
+        prefix = {DRAM: "g_", SHARED: "s_", REGISTER: "r_"}
+        names, used = {}, set()
+        for name, buf in sorted(k.buffers.items()):
+            base = prefix[buf.level] + c_identifier(name)
+            ident, i = base, 1
+            while ident in used:
+                ident, i = f"{base}_{i}", i + 1
+            used.add(ident)
+            names[name] = ident
+        return names
+
+    # -- register placement (GPU) ----------------------------------------------------------
+    def _layouts(self, k: Kernel) -> dict[str, RegLayout]:
+        out = {}
+        for name, buf in k.buffers.items():
+            if buf.level != REGISTER:
+                continue
+            writers = [op for _, op in k.ops if not isinstance(op, Sync) and op.writes()[0].buffer == name]
+            first = next((op for op in writers if not op.uniform), None)
+            out[name] = self._layout_of(buf, first)
+        return out
+
+    def _layout_of(self, buf, writer) -> RegLayout:
+        a = np.arange(buf.size)
+        if writer is None:
+            return RegLayout(np.full(buf.size, -1), a, None)
+        L, vec, s = self.L, writer.vec, writer.writes()[0]
+        if not s.offset.is_const:
+            raise EmitError(f"register slice {s} has a unit-dependent offset; GPU registers need constant indices")
+        owner, slot = (a // vec) % L, (a // (vec * L)) * vec + a % vec
+        k = np.arange(s.size)
+        addr = s.offset.const + s.pattern
+        ok = (addr >= 0) & (addr < buf.size)
+        lane_k, slot_k = writer.lane_of_output(k, L), (k // (vec * L)) * vec + k % vec
+        if (owner[addr[ok]] == lane_k[ok]).all() and (slot[addr[ok]] == slot_k[ok]).all():
+            return RegLayout(owner, slot, vec)
+        return self._table_layout(buf, addr[ok], lane_k[ok], slot_k[ok])
+
+    def _table_layout(self, buf, addr, lanes, slots) -> RegLayout:
+        owner, slot = np.full(buf.size, -2), np.full(buf.size, -1)
+        for a, ln, s in zip(addr, lanes, slots):
+            if owner[a] not in (-2, ln) or slot[a] not in (-1, s):
+                raise EmitError(f"register buffer {buf.name!r}: one element written from two lanes by one gOperator")
+            owner[a], slot[a] = ln, s
+        used = {ln: int(slot[owner == ln].max()) + 1 for ln in set(owner[owner >= 0].tolist())}
+        for a in np.flatnonzero(owner == -2):
+            ln = int(a % self.L)
+            owner[a], slot[a] = ln, used.get(ln, 0)
+            used[ln] = slot[a] + 1
+        return RegLayout(owner, slot, None)
+
+    # -- elements ----------------------------------------------------------------------------
+    def elements(self, op, n: int):
+        """GPU: one block per unrolled position. Uniform: every lane runs every element."""
+        L, lanes = self.L, np.arange(self.L)
+        if op.uniform:
+            for k in range(n):
+                yield Elem(Idx(str(k), np.full(L, k), np.ones(L, bool)))
+            return
+        vec = op.vec
+        for j in range(-(-n // (vec * L))):
+            for v in range(vec):
+                ks = j * vec * L + v + vec * lanes
+                valid = ks < n
+                if valid.any():
+                    yield Elem(Idx("", ks, valid), None if valid.all() else f"lane < {int(valid.sum())}")
+
+    def for_elements(self, op, n: int, body) -> list[str]:
+        out = []
+        for e in self.elements(op, n):
+            lines = body(e)
+            if lines:
+                out += self.wrap(e, lines)
+        return out
+
+    def wrap(self, e: Elem, lines: list[str]) -> list[str]:
+        return block("{", [*e.pre, *lines]) if e.pre or e.temps or len(lines) > 1 else lines
+
+    # -- slices ------------------------------------------------------------------------------
+    @staticmethod
+    def unravel(s: Slice, k: str) -> str:
+        """Offset of element k from the slice's base, dimensions merged where contiguous."""
+        dims = [(n, st) for n, st in zip(s.shape, s.strides) if n > 1]
+        merged: list[list[int]] = []
+        for n, st in dims:
+            if merged and merged[-1][1] == st * n:
+                merged[-1] = [merged[-1][0] * n, st]
+            else:
+                merged.append([n, st])
+        text = "0"
+        for i, (n, st) in enumerate(merged):
+            if st == 0:
+                continue
+            inner = prod(m for m, _ in merged[i + 1:])
+            idx = k if inner == 1 else f"{paren(k)} / {inner}"
+            idx = paren(idx if i == 0 else f"{paren(idx)} % {n}")
+            text = add_c(text, idx if st == 1 else f"-{idx}" if st == -1 else f"{st}*{idx}")
+        return text
+
+    def pattern(self, s: Slice, e: Idx) -> str:
+        if e.lanes is not None:
+            vals = s.pattern[np.clip(e.lanes, 0, s.size - 1)]
+            form = lane_form(vals, e.valid)
+            if form is not None:
+                return form
+        return self.unravel(s, e.expr)
+
+    def address(self, s: Slice, e: Idx) -> str:
+        return add_c(affine_c(s.offset), self.pattern(s, e))
+
+    def dim_index(self, s: Slice, d: int, e: Idx) -> Idx:
+        i = e.div(prod(s.shape[d + 1:]))
+        return i if d == 0 else i.mod(s.shape[d])
+
+    def mask(self, s: Slice, e: Idx) -> list[str]:
+        conds = []
+        for bounds, op in ((s.limits, "<"), (s.starts, ">=")):
+            for d, bound in enumerate(bounds):
+                if bound is None:
+                    continue
+                i = self.dim_index(s, d, e)
+                if i.lanes is not None and bound.is_const:  # decided at emit time
+                    vals = i.lanes[i.valid]
+                    holds = vals < bound.const if op == "<" else vals >= bound.const
+                    if holds.all():
+                        continue
+                    if not holds.any():
+                        return ["false"]
+                conds.append(f"{i.expr} {op} {affine_c(bound)}")
+        return conds
+
+    # -- memory access -----------------------------------------------------------------------
+    def level(self, s: Slice) -> str:
+        return self.k.buffers[s.buffer].level
+
+    def dtype(self, s: Slice) -> str:
+        return self.k.buffers[s.buffer].dtype
+
+    def load(self, s: Slice, i: Idx, e: Elem) -> tuple[str, list[str]]:
+        """(C expression of the element in its storage type, conditions for it to be valid)."""
+        if self.level(s) == REGISTER and self.distributed_registers:
+            return self.reg_load(s, i, e), self.mask(s, i)
+        return f"{self.names[s.buffer]}[{self.address(s, i)}]", self.mask(s, i)
+
+    def store(self, s: Slice, i: Idx, op, e: Elem | None = None) -> tuple[str, list[str]] | None:
+        """(lvalue, conditions) for writing element i of s, or None when no lane holds it.
+        The conditions include the element's lane guard: values are computed by every lane."""
+        conds = ([e.guard] if e is not None and e.guard else []) + self.mask(s, i)
+        if "false" in conds:
+            return None
+        if self.level(s) == REGISTER and self.distributed_registers:
+            target = self.reg_store(s, i, op)
+            return None if target is None else (target[0], conds + target[1])
+        if op.uniform and self.distributed_registers:
+            conds.append("lane == 0")  # every lane has the value; one stores it
+        return f"{self.names[s.buffer]}[{self.address(s, i)}]", conds
+
+    def _reg_addresses(self, s: Slice, i: Idx) -> tuple[np.ndarray, np.ndarray]:
+        if not s.offset.is_const:
+            raise EmitError(f"register slice {s} has a unit-dependent offset; GPU registers need constant indices")
+        a = s.offset.const + s.pattern[np.clip(i.lanes, 0, s.size - 1)]
+        size = self.k.buffers[s.buffer].size
+        consider = i.valid & (a >= 0) & (a < size)  # out of range only where masked off
+        return np.where(consider, a, 0), consider
+
+    def reg_load(self, s: Slice, i: Idx, e: Elem) -> str:
+        name, lay = self.names[s.buffer], self.layouts[s.buffer]
+        a, consider = self._reg_addresses(s, i)
+        if not consider.any():
+            return f"{name}[0]"
+        owner, slot = lay.owner[a], lay.slot[a]
+        if lay.replicated:
+            return self.by_lane(slot, consider, lambda v: f"{name}[{v}]", lambda x: f"{name}[{x}]")
+        lanes = np.arange(self.L)
+        slots = sorted(set(slot[consider].tolist()))
+        if (owner[consider] == lanes[consider]).all() and len(slots) == 1:
+            return f"{name}[{slots[0]}]"
+        src = self.lane_table(owner, consider)
+        if src is None and lay.vec is not None:
+            addr = add_c(str(s.offset.const), self.unravel(s, i.expr))
+            src = f"(({addr}) / {lay.vec}) % {self.L}"
+        if src is None or len(slots) > MAX_RUNS:
+            raise EmitError(f"cross-lane read of {s} is too irregular to shuffle")
+        temps = {}
+        for sv in slots:
+            temps[sv] = e.tmp()
+            e.pre.append(f"const {self.types[self.dtype(s)]} {temps[sv]} = "
+                         f"{self.shuffle_typed(f'{name}[{sv}]', src, self.dtype(s))};")
+        pick = self.by_lane(slot, consider, lambda v: temps[v], None)
+        if pick is None:
+            raise EmitError(f"cross-lane read of {s} is too irregular to shuffle")
+        return pick
+
+    def reg_store(self, s: Slice, i: Idx, op):
+        name, lay = self.names[s.buffer], self.layouts[s.buffer]
+        a, consider = self._reg_addresses(s, i)
+        if not consider.any():
+            return None
+        owner, slot = lay.owner[a], lay.slot[a]
+        if op.uniform:
+            first = int(np.argmax(consider))
+            cond = [] if owner[first] == -1 else [f"lane == {owner[first]}"]
+            return f"{name}[{slot[first]}]", cond
+        lanes = np.arange(self.L)
+        if (owner[consider] == lanes[consider]).all() and len(set(slot[consider].tolist())) == 1:
+            return f"{name}[{slot[consider][0]}]", []
+        raise EmitError(f"{op.kind} writes register elements of {s} that other lanes hold")
+
+    def lane_table(self, values: np.ndarray, consider: np.ndarray) -> str | None:
+        """C int expression giving every lane its value: constant, affine, or a short chain."""
+        form = lane_form(values, consider)
+        return form if form is not None else self.by_lane(values, consider, str, None)
+
+    def by_lane(self, values, consider, render, dynamic) -> str | None:
+        runs = lane_runs(values, consider)
+        if len(runs) == 1:
+            return render(runs[0][1])
+        if len(runs) <= MAX_RUNS:
+            text = render(runs[-1][1])
+            for end, v in reversed(runs[:-1]):
+                text = f"(lane < {end} ? {render(v)} : {text})"
+            return text
+        form = lane_form(values, consider)
+        return dynamic(form) if dynamic and form is not None else None
+
+    def lane_in(self, m: np.ndarray) -> str:
+        on = np.flatnonzero(m)
+        lo, hi = int(on[0]), int(on[-1]) + 1
+        if len(on) == hi - lo:
+            return and_c(([f"lane >= {lo}"] if lo else []) + ([f"lane < {hi}"] if hi < self.L else []))
+        return f"((0x{sum(1 << int(b) for b in on):x}ull >> lane) & 1)"
+
+    def shuffle_typed(self, value: str, src: str, dtype: str, xor: bool = False) -> str:
+        """A shuffle in a type the hardware moves: fp16 as float, bool and bytes as int."""
+        via = self.shuffle_types.get(dtype, "float" if dtype == "float16" else "int")
+        x = self.half_to_float(value) if dtype == "float16" else value if via == self.types[dtype] else f"({via}){value}"
+        moved = self.shfl_xor(x, src) if xor else self.shfl(x, src)
+        if dtype == "float16":
+            return self.float_to_half(moved)
+        return moved if via == self.types[dtype] else f"({self.types[dtype]}){moved}"
+
+    # -- values and expressions --------------------------------------------------------------
+    def ctype(self, dtype: str) -> str:
+        """C type of a value in computation: fp16 is computed (and held) in float."""
+        return "float" if dtype == "float16" else self.types[dtype]
+
+    def to_value(self, x: str, dtype: str) -> str:
+        return self.half_to_float(x) if dtype == "float16" else x
+
+    def convert(self, x: str, src: str, dst: str) -> str:
+        """Value of dtype src as a value of dtype dst (numpy astype)."""
+        if src == dst or (src == "float16" and dst == "float32"):
+            return x
+        if dst == "float16":
+            return f"GIR_RH({x if src == 'float32' else f'(float)({x})'})"
+        return f"({self.ctype(dst)})({x})"
+
+    def to_storage(self, x: str, src: str, dst: str) -> str:
+        if dst == "float16":
+            return self.float_to_half(x if src in ("float32", "float16") else f"(float)({x})")
+        return self.convert(x, src, dst)
+
+    def literal(self, value, dtype: str) -> str:
+        if dtype == "bool":
+            return "true" if value else "false"
+        v = np.asarray(value).astype(dtype).item()
+        if dtype in ("float32", "float16", "float64"):
+            suffix = "D" if dtype == "float64" else "F"
+            if np.isnan(v):
+                return f"GIR_NAN_{suffix}"
+            if np.isinf(v):
+                return f"{'-' if v < 0 else ''}GIR_INF_{suffix}"
+            return repr(float(v)) if dtype == "float64" else f"{np.float32(v)!s}f"
+        if dtype in ("int64", "int32") and v == np.iinfo(dtype).min:
+            return f"({v + 1}{'LL' if dtype == 'int64' else ''} - 1)"  # -2^63 is not a C literal
+        return f"{v}LL" if dtype == "int64" else str(v) if dtype == "int32" else f"({self.types[dtype]}){v}"
+
+    def storage_literal(self, value, dtype: str) -> str:
+        lit = self.literal(value, "float32" if dtype == "float16" else dtype)
+        return self.float_to_half(lit) if dtype == "float16" else lit
+
+    @staticmethod
+    def node_dtype(node: Call, args: list, cdt: str) -> str:
+        """The numpy dtype the interpreter gets for this node: evaluate it on tiny arrays."""
+        dummies = [np.asarray(a.value, dt) if isinstance(a, Const) else np.ones(1, dt) for a, dt in args]
+        probe = Call(node.op, tuple(Input(i) for i in range(len(args))), node.dtype)
+        return np.asarray(evaluate(probe, dummies, cdt)).dtype.name
+
+    def render_expr(self, expr, inputs: list[tuple[str, str]], cdt: str, e: Elem):
+        """SSA lines for an expression tree; returns (lines, result, its dtype)."""
+        lines, memo = [], {}
+
+        def go(node):
+            if node in memo:
+                return memo[node]
+            if isinstance(node, Input):
+                x, dt = inputs[node.index]
+                out = (self.to_value(x, dt), "float32" if dt == "float16" else dt)
+            elif isinstance(node, Const):
+                dt = "bool" if node.dtype == "bool" else cdt
+                out = (self.literal(node.value, dt), dt)
+            else:
+                args = [go(a) for a in node.args]
+                dt = self.node_dtype(node, [(a, np.dtype(d)) for a, (_, d) in zip(node.args, args)], cdt)
+                t = e.tmp()
+                lines.append(f"const {self.ctype(dt)} {t} = {self.render_call(node, args, dt)};")
+                out = (t, dt)
+            memo[node] = out
+            return out
+
+        x, dt = go(expr)
+        return lines, x, dt
+
+    def render_call(self, node: Call, args: list[tuple[str, str]], dt: str) -> str:
+        op, xs, dts = node.op, [a for a, _ in args], [d for _, d in args]
+        if op in COMPARE:
+            common = np.result_type(*dts).name
+            return f"{self.convert(xs[0], dts[0], common)} {COMPARE[op]} {self.convert(xs[1], dts[1], common)}"
+        if op in ("and", "or"):
+            return f"{xs[0]} {'&&' if op == 'and' else '||'} {xs[1]}"
+        if op == "not":
+            return f"!{xs[0]}"
+        if op == "isnan":
+            return f"{xs[0]} != {xs[0]}"
+        if op == "cast":
+            return self.convert(xs[0], dts[0], dt)
+        half = dt == "float16"
+        work = "float32" if half else dt
+        if op == "where":
+            return f"{xs[0]} ? {self.convert(xs[1], dts[1], dt)} : {self.convert(xs[2], dts[2], dt)}"
+        a = [self.convert(x, d, work) for x, d in zip(xs, dts)]
+        text = self.arith(op, a, work)
+        return f"GIR_RH({text})" if half else text
+
+    def arith(self, op: str, a: list[str], dt: str) -> str:
+        is_float = dt in ("float32", "float64")
+        f = "f" if dt == "float32" else ""
+        one = self.literal(1, dt)
+        if op in INFIX:
+            return f"{a[0]} {INFIX[op]} {a[1]}"
+        if op in ("max", "min"):
+            return f"GIR_{op.upper()}({a[0]}, {a[1]})"
+        if op == "neg":
+            return f"-{a[0]}"
+        if op == "relu":
+            return f"GIR_MAX({a[0]}, {self.literal(0, dt)})"
+        if not is_float and op in ("abs", "mod", "pow"):
+            return {"abs": f"({a[0]} < 0 ? -{a[0]} : {a[0]})", "mod": f"{a[0]} % {a[1]}",
+                    "pow": f"({self.ctype(dt)})gir_ipow({a[0]}, {a[1]})"}[op]
+        if not is_float:
+            raise EmitError(f"elementwise {op} on {dt}")
+        special = {"rsqrt": f"{one} / sqrt{f}({a[0]})", "recip": f"{one} / {a[0]}",
+                   "sigmoid": f"{one} / ({one} + exp{f}(-{a[0]}))"}
+        if op in special:
+            return special[op]
+        return f"{FLOAT_FN[op]}{f}({', '.join(a)})"
+
+    # -- gOperators --------------------------------------------------------------------------
+    def emit_op(self, op) -> list[str]:
+        return getattr(self, f"op_{op.kind}")(op)
+
+    def op_Sync(self, op: Sync) -> list[str]:
+        level = self.level(op.slice)
+        if op.scope == LANE or (op.scope == UNIT and level == REGISTER):
+            return []  # lane: nothing; unit on registers: the reads are shuffles
+        if op.scope == UNIT:
+            return [self.sync_unit()]
+        if op.scope == BLOCK:
+            return [self.barrier()]
+        raise EmitError(f"Sync at scope {op.scope} inside a kernel (device syncs split kernels)")
+
+    def op_Move(self, op) -> list[str]:
+        dt = self.dtype(op.dst)
+
+        def body(e: Elem):
+            src, ok = self.load(op.src, e.k, e)
+            dst = self.store(op.dst, e.k, op, e)
+            if dst is None:
+                return []
+            if op.fill is None or not ok:
+                return guarded(ok + dst[1], [f"{dst[0]} = {src};"])
+            return guarded(dst[1], [f"{dst[0]} = {and_c(ok)} ? {src} : {self.storage_literal(op.fill, dt)};"])
+        return self.for_elements(op, op.dst.size, body)
+
+    def op_Elementwise(self, op) -> list[str]:
+        odt = self.dtype(op.out)
+
+        def body(e: Elem):
+            inputs, conds = [], []
+            for s in op.inputs:
+                x, ok = self.load(s, e.k, e)
+                inputs.append((x, self.dtype(s)))
+                conds += ok
+            dst = self.store(op.out, e.k, op, e)
+            if dst is None:
+                return []
+            lines, x, dt = self.render_expr(op.expr, inputs, op.compute_dtype, e)
+            return lines + guarded(conds + dst[1], [f"{dst[0]} = {self.to_storage(x, dt, odt)};"])
+        return self.for_elements(op, op.out.size, body)
+
+    def op_Broadcast(self, op) -> list[str]:
+        r = op.dst.size // op.src.size
+
+        def body(e: Elem):
+            src, ok = self.load(op.src, e.k.div(r) if op.mode == "repeat" else e.k.mod(op.src.size), e)
+            dst = self.store(op.dst, e.k, op, e)
+            return [] if dst is None else guarded(ok + dst[1], [f"{dst[0]} = {src};"])
+        return self.for_elements(op, op.dst.size, body)
+
+    def op_Gather(self, op) -> list[str]:
+        """Negative indices wrap by `extent`; out-of-range ones are clamped here, where the
+        interpreter raises (a kernel cannot report an error per element cheaply)."""
+        if self.level(op.src) == REGISTER and self.distributed_registers:
+            raise EmitError("Gather from registers needs dynamic register indexing")
+        n = op.extent
+
+        def body(e: Elem):
+            index, _ = self.load(op.index, e.k.div(op.group), e)
+            dst = self.store(op.dst, e.k, op, e)
+            if dst is None:
+                return []
+            src = f"{self.names[op.src.buffer]}[{self.address(op.src, e.k)} + (int)ix * {op.stride}]"
+            return [f"long long ix = (long long)({index});", f"ix = ix < 0 ? ix + {n} : ix;",
+                    f"ix = ix < 0 ? 0 : ix >= {n} ? {n - 1} : ix;",
+                    *guarded(self.mask(op.src, e.k) + dst[1], [f"{dst[0]} = {src};"])]
+        return self.for_elements(op, op.dst.size, body)
+
+    def op_Reduce(self, op: Reduce) -> list[str]:
+        return self.reduce_cooperative(op) if op.uniform else self.reduce_own(op)
+
+    def _reduce_parts(self, op: Reduce):
+        acc = accumulator(self.dtype(op.dst))
+        ident = self.literal(reduce_identity(op.op, acc), acc)
+        sdt = self.dtype(op.src)
+
+        def term(x: str) -> str:
+            return self.convert(self.to_value(x, sdt), "float32" if sdt == "float16" else sdt, acc)
+        return acc, ident, term
+
+    @staticmethod
+    def combine(kind: str, a: str, b: str) -> str:
+        return {"sum": f"{a} + {b}", "prod": f"{a} * {b}", "max": f"GIR_MAX({a}, {b})", "min": f"GIR_MIN({a}, {b})"}[kind]
+
+    def reduce_own(self, op: Reduce) -> list[str]:
+        """uniform=False: output element k is reduced by the lane that owns it."""
+        acc, ident, term = self._reduce_parts(op)
+        ddt = self.dtype(op.dst)
+
+        def body(e: Elem):
+            dst = self.store(op.dst, e.k, op, e)
+            if dst is None:
+                return []
+            lines = [f"{self.ctype(acc)} acc = {ident};"]
+            for g in range(op.group):
+                x, ok = self.load(op.src, e.k.lin(op.group, g), e)
+                x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
+                lines.append(f"acc = {self.combine(op.op, 'acc', f'({x})')};")
+            return lines + guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, ddt)};"])
+        return self.for_elements(op, op.dst.size, body)
+
+    def reduce_cooperative(self, op: Reduce) -> list[str]:
+        """uniform=True: per-lane partials over held elements, then an xor butterfly."""
+        src, G, R = op.src, op.group, op.dst.size
+        if src.is_masked or not src.offset.is_const:
+            raise EmitError(f"cooperative Reduce over a masked or unit-dependent register slice {src}")
+        acc, ident, term = self._reduce_parts(op)
+        name, lay = self.names[src.buffer], self.layouts[src.buffer]
+        a = src.offset.const + src.pattern
+        if lay.replicated:  # every lane holds every element: no communication
+            return [line for r in range(R) for line in self._reduce_into(op, r, [
+                f"p = {self.combine(op.op, 'p', term(f'{name}[{lay.slot[x]}]'))};" for x in a[r * G:(r + 1) * G]])]
+        owner, slot = lay.owner[a], lay.slot[a]
+        rtab = np.full((lay.nslots, self.L), -1)
+        for j in range(src.size):
+            if rtab[slot[j], owner[j]] != -1:
+                raise EmitError(f"Reduce source {src} reads one register element twice")
+            rtab[slot[j], owner[j]] = j // G
+        seg = 1
+        while any(owner[r * G:(r + 1) * G].min() // seg != owner[r * G:(r + 1) * G].max() // seg for r in range(R)):
+            seg *= 2
+        per_seg: dict[int, list[int]] = {}
+        for r in range(R):
+            per_seg.setdefault(int(owner[r * G]) // seg, []).append(r)
+        out = []
+        for p in range(max(len(v) for v in per_seg.values())):
+            members = {rs[p]: q for q, rs in per_seg.items() if len(rs) > p}
+            lines = []
+            for sv in range(lay.nslots):
+                m = np.isin(rtab[sv], list(members))
+                if m.any():
+                    x = term(f"{name}[{sv}]")
+                    lines.append(f"p = {self.combine(op.op, 'p', x if m.all() else f'({self.lane_in(m)} ? {x} : {ident})')};")
+            step = seg // 2
+            while step >= 1:  # the shuffle into a temporary: GIR_MAX would evaluate it twice
+                lines.append(f"q = {self.shuffle_typed('p', step, acc, xor=True)}; p = {self.combine(op.op, 'p', 'q')};")
+                step //= 2
+            spread = {}
+            for r, q in sorted(members.items()):  # shuffles outside any store guard
+                spread[r] = "p" if seg == self.L else f"o{r}"
+                if seg != self.L:
+                    lines.append(f"const {self.ctype(acc)} o{r} = {self.shuffle_typed('p', str(q * seg), acc)};")
+            out += self._reduce_into(op, None, lines, spread)
+        return out
+
+    def _reduce_into(self, op: Reduce, r, lines: list[str], spread: dict | None = None) -> list[str]:
+        """A scope with accumulator p: `lines`, then store p (or each spread value) to dst."""
+        acc, ident, _ = self._reduce_parts(op)
+        ddt = self.dtype(op.dst)
+        stores = []
+        for out, value in (spread or {r: "p"}).items():
+            i = Idx(str(out), np.full(self.L, out), np.ones(self.L, bool))
+            dst = self.store(op.dst, i, op)
+            if dst is not None:
+                stores += guarded(dst[1], [f"{dst[0]} = {self.to_storage(value, acc, ddt)};"])
+        decl = f"{self.ctype(acc)} p = {ident}" + (", q;" if any(ln.startswith("q = ") for ln in lines) else ";")
+        return block("{", [decl, *lines, *stores])
+
+
+GPU_PRELUDE = """#ifndef GIR_PRELUDE
+#define GIR_PRELUDE
+#define GIR_INF_F __int_as_float(0x7f800000)
+#define GIR_NAN_F __int_as_float(0x7fc00000)
+#define GIR_INF_D __longlong_as_double(0x7ff0000000000000LL)
+#define GIR_NAN_D __longlong_as_double(0x7ff8000000000000LL)
+#define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))  /* NaN-propagating, as numpy */
+#define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+#define GIR_RH(x) __half2float(__float2half(x))  /* round a float to fp16 precision */
+__device__ inline long long gir_ipow(long long a, long long e) {
+  long long r = 1;
+  for (; e > 0; --e) r *= a;
+  return r;
+}
+#endif
+"""

@@ -1,0 +1,28 @@
+"""CUDA dialect of the C-like emitter: 32-lane warps, *_sync shuffles, cuda_fp16.h; plus
+`compile`, which emits a graph's kernels into one source and builds it with NVRTC."""
+from __future__ import annotations
+
+from ..cstyle import GPU_PRELUDE, CStyle
+from ..kernels import CompiledGraph, Kernel, check_resources, emit_graph
+from .compiler import compile_cuda
+
+
+class CudaEmitter(CStyle):
+    def prelude(self) -> str:
+        full = "0xffffffffu" if self.L == 32 else "0xffffffffffffffffull"
+        return ("#include <cuda_fp16.h>\n" + GPU_PRELUDE
+                + f"#define GIR_SHFL(v, s) __shfl_sync({full}, (v), (s), {self.L})\n"
+                + f"#define GIR_SHFL_XOR(v, m) __shfl_xor_sync({full}, (v), (m), {self.L})\n")
+
+
+def emit(kernel: Kernel, target) -> str:
+    return CudaEmitter(target).emit(kernel)
+
+
+def compile(graph, target=None) -> CompiledGraph:
+    """Emit and compile for target.arch (default: the graph's target); ResourceError on spills."""
+    target = target or graph.target
+    source, kernels = emit_graph(CudaEmitter(target), graph)
+    binary = compile_cuda(source, target.arch, name=f"{kernels[0].name}.cu")
+    check_resources(kernels, binary.resources, target)
+    return CompiledGraph(source, kernels, binary)

@@ -1,0 +1,41 @@
+"""HIP dialect of the C-like emitter: lanes = the target's wavefront (64 on CDNA), mask-less
+shuffles, hip_runtime.h only (hiprtc's built-ins define __half; hip_fp16.h would clash); plus
+`compile`, which emits a graph's kernels into one source and builds it with hiprtc."""
+from __future__ import annotations
+
+from ..cstyle import GPU_PRELUDE, CStyle
+from ..kernels import CompiledGraph, Kernel, check_resources, emit_graph
+from .compiler import compile_hip
+
+# A wavefront executes in lockstep; a unit-scope sync on LDS only has to order memory. The CPU
+# harness (no amdgcn builtins) gets __syncwarp, which it provides for both dialects.
+SYNC_UNIT = """#if defined(__HIP_DEVICE_COMPILE__) || defined(__HIPCC_RTC__)
+#define GIR_SYNC_UNIT() (__builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"), __builtin_amdgcn_wave_barrier(), \\
+                         __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"))
+#else
+#define GIR_SYNC_UNIT() __syncwarp()
+#endif
+"""
+
+
+class HipEmitter(CStyle):
+    def prelude(self) -> str:
+        return ("#include <hip/hip_runtime.h>\n" + GPU_PRELUDE + SYNC_UNIT
+                + f"#define GIR_SHFL(v, s) __shfl((v), (s), {self.L})\n"
+                + f"#define GIR_SHFL_XOR(v, m) __shfl_xor((v), (m), {self.L})\n")
+
+    def sync_unit(self) -> str:
+        return "GIR_SYNC_UNIT();"
+
+
+def emit(kernel: Kernel, target) -> str:
+    return HipEmitter(target).emit(kernel)
+
+
+def compile(graph, target=None) -> CompiledGraph:
+    """Emit and compile for target.arch (default: the graph's target); ResourceError on spills."""
+    target = target or graph.target
+    source, kernels = emit_graph(HipEmitter(target), graph)
+    binary = compile_hip(source, target.arch, name=f"{kernels[0].name}.hip")
+    check_resources(kernels, binary.resources, target)
+    return CompiledGraph(source, kernels, binary)

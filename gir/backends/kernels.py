@@ -1,0 +1,199 @@
+"""Kernel formation: a GIR-Graph becomes one kernel per stretch of program order between
+device syncs. A Sync(DEVICE) is a kernel boundary and nothing else, so every kernel of a graph
+runs the graph's parallel primitive; its parameters are the DRAM buffers its gOperators touch.
+
+Registers and shared memory do not survive a kernel boundary, while the interpreter keeps a
+unit's registers across a device sync: register values that cross one are recomputed in the
+kernel that uses them, and values that cannot be are rejected here rather than read as garbage.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gir.ir import DEVICE, DRAM, SHARED, GIRGraph, Sync
+from gir.ir.affine import ParallelPrimitive
+from gir.ir.gops import GOp
+from gir.ir.slices import Buffer
+
+
+class EmitError(ValueError):
+    """The graph uses something an emitter cannot express (the message says what and where)."""
+
+
+@dataclass
+class Kernel:
+    name: str
+    ops: list[tuple[int, GOp]]            # (graph node, gOperator) in program order, no device syncs
+    params: tuple[Buffer, ...]            # DRAM buffers read or written, in declaration order
+    grid: tuple[int, ...]                 # the primitive's block grid (b0 outermost); launched as 1-D
+    block_threads: int                    # units_per_block * lanes_per_unit
+    shared_bytes: int                     # static shared memory of this kernel
+    prim: ParallelPrimitive = None
+    buffers: dict[str, Buffer] = field(default_factory=dict)  # every buffer the kernel touches
+    written: frozenset = frozenset()      # names of the DRAM parameters this kernel writes
+    graph: GIRGraph = field(default=None, repr=False)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.prim.num_blocks
+
+    def is_written(self, name: str) -> bool:
+        return name in self.written
+
+
+def c_identifier(text: str) -> str:
+    ident = re.sub(r"\W", "_", text).strip("_") or "k"
+    return ident if not ident[0].isdigit() else "k" + ident
+
+
+def _touched(op: GOp):
+    return [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]
+
+
+def split_kernels(graph: GIRGraph) -> list[Kernel]:
+    """Kernels in launch order. Empty stretches (two device syncs in a row) make no kernel."""
+    stretches: list[list[tuple[int, GOp]]] = [[]]
+    for node, op in graph.ops():
+        if isinstance(op, Sync) and op.scope == DEVICE:
+            stretches.append([])
+        else:
+            stretches[-1].append((node, op))
+    stretches = [s for s in stretches if any(not isinstance(op, Sync) for _, op in s)]
+    _recompute_crossing_values(graph, stretches)
+    base = c_identifier(graph.name)
+    lanes = graph.target.lanes_per_unit
+    kernels = []
+    for i, ops in enumerate(stretches):
+        names = {s.buffer for _, op in ops for s in _touched(op)}
+        written = {s.buffer for _, op in ops if not isinstance(op, Sync) for s in op.writes()}
+        params = tuple(b for b in graph.buffers.values() if b.name in names and b.level == DRAM)
+        shared = sum(b.nbytes for b in graph.buffers.values() if b.name in names and b.level == SHARED)
+        kernels.append(Kernel(f"{base}_k{i}", ops, params, graph.prim.grid, graph.prim.units_per_block * lanes,
+                              shared, graph.prim, {n: b for n, b in graph.buffers.items() if n in names},
+                              frozenset(written & {b.name for b in params}), graph))
+    return kernels
+
+
+@dataclass(eq=False)
+class _Write:
+    """One execution of a gOperator writing a local buffer, with the writes it consumed."""
+    kernel: int
+    pos: int
+    node: int
+    op: GOp
+    deps: list
+
+
+def _recompute_crossing_values(graph: GIRGraph, stretches) -> None:
+    """The interpreter keeps a unit's registers across a device sync; a kernel boundary does not.
+    Fusion and rewriting leave register values live across device syncs (a later part's load
+    placed before the sync, a merged intermediate kept in registers). Such a value is recomputed
+    at the start of the kernel that reads it: its writer and, recursively, the writers of its
+    register inputs are issued again, provided the DRAM they read is unchanged since. Values in
+    shared memory, or from DRAM that changed, cannot be recomputed and are an error."""
+    last: dict[str, _Write] = {}
+    dram_writes: dict[str, list[int]] = {}
+    pos = 0
+
+    def reissue(w: _Write, i: int, start: int, holds: dict, out: list) -> None:
+        for s in w.op.reads():
+            if graph.buffers[s.buffer].level == DRAM and any(w.pos < q <= start for q in dram_writes.get(s.buffer, ())):
+                raise EmitError(f"{graph.name}: cannot recompute #{w.node} {w.op.kind} in kernel {i}: "
+                                f"{s.buffer!r} changed after it was read")
+        for d in w.deps:
+            if holds.get(d.op.writes()[0].buffer) is not d:
+                reissue(d, i, start, holds, out)
+        out.append((w.node, w.op))
+        holds[w.op.writes()[0].buffer] = w
+
+    for i, ops in enumerate(stretches):
+        start, prefix, holds = pos, [], {}
+        for node, op in ops:
+            pos += 1
+            if isinstance(op, Sync):
+                continue
+            deps = []
+            for s in op.reads():
+                level = graph.buffers[s.buffer].level
+                w = last.get(s.buffer)
+                if level == DRAM or w is None:
+                    continue
+                if w.kernel != i:
+                    bad = [x for x in _chain(w) if graph.buffers[x.op.writes()[0].buffer].level == SHARED]
+                    if bad:
+                        raise EmitError(f"{graph.name}: gOperator #{node} {op.kind} reads {s.buffer!r}, which needs "
+                                        f"shared memory written before a device sync (#{bad[0].node})")
+                    reissue(w, i, start, holds, prefix)
+                    w = last[s.buffer] = _Write(i, start, w.node, w.op, w.deps)
+                deps.append(w)
+            for s in op.writes():
+                if graph.buffers[s.buffer].level == DRAM:
+                    dram_writes.setdefault(s.buffer, []).append(pos)
+                else:
+                    last[s.buffer] = _Write(i, pos, node, op, deps)
+        stretches[i] = prefix + ops
+
+
+def _chain(w: _Write):
+    yield w
+    for d in w.deps:
+        yield from _chain(d)
+
+
+@dataclass
+class CompiledGraph:
+    """Emitted source, its kernels in launch order, and the compiler's binary."""
+    source: str
+    kernels: list[Kernel]
+    binary: object
+
+
+def check_resources(kernels: list[Kernel], resources: dict, target) -> None:
+    """One-line ResourceError for a kernel that spills or exceeds the block's shared memory."""
+    from .errors import ResourceError
+    for k in kernels:
+        res = resources.get(k.name)
+        shared = max(k.shared_bytes, getattr(res, "shared_bytes", 0) or 0)
+        if shared > target.shared_bytes_per_block:
+            raise ResourceError(f"kernel {k.name} needs {shared} bytes of shared memory per block; "
+                                f"{target.name} allows {target.shared_bytes_per_block}")
+        if res is not None and res.spilled:
+            raise ResourceError(f"kernel {k.name} spills registers on {target.arch} "
+                                f"({res.registers} registers, {res.stack_bytes} bytes of stack)")
+
+
+def emit_graph(emitter, graph: GIRGraph) -> tuple[str, list[Kernel]]:
+    """One translation unit with every kernel of the graph (the prelude once)."""
+    if emitter.L != graph.target.lanes_per_unit:
+        raise EmitError(f"{graph.name} was built for {graph.target.lanes_per_unit} lanes per unit; "
+                        f"{emitter.target.name} has {emitter.L}")
+    kernels = split_kernels(graph)
+    return emitter.prelude() + "".join("\n" + emitter.kernel_source(k) for k in kernels), kernels
+
+
+def allocate_dram(graph: GIRGraph, feeds: dict) -> dict:
+    """Flat numpy arrays for every DRAM buffer: inputs and constants from `feeds`, the rest
+    poisoned (NaN, or the most negative integer) so an element no kernel writes shows up."""
+    import numpy as np
+    from gir.ir.dtypes import np_dtype
+    arrays = {}
+    for buf in graph.buffers.values():
+        if buf.level != DRAM:
+            continue
+        dt = np_dtype(buf.dtype)
+        if buf.role in ("input", "const"):
+            if buf.name not in feeds:
+                raise KeyError(f"{graph.name}: no value fed for {buf.role} {buf.name!r}")
+            value = np.asarray(feeds[buf.name])
+            if value.size != buf.size:
+                raise ValueError(f"{graph.name}: {buf.name!r} expects {buf.size} elements, got shape {value.shape}")
+            arrays[buf.name] = np.ascontiguousarray(value.reshape(-1).astype(dt))
+        else:
+            poison = np.nan if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
+            arrays[buf.name] = np.full(buf.size, poison, dt)
+    return arrays
+
+
+def collect_outputs(graph: GIRGraph, arrays: dict) -> dict:
+    return {b.name: arrays[b.name].reshape(b.shape or (b.size,)).copy() for b in graph.role_buffers("output")}

@@ -1,0 +1,70 @@
+"""Folding composed views into their consumers: an elementwise op or a reduction that reads a
+layout (a broadcast, a window unfold, a transpose) reads the layout's source through the
+composed strides instead of a materialised copy. This is what keeps a lowered matrix-vector
+product or depthwise convolution from writing its expanded operands to DRAM."""
+from __future__ import annotations
+
+from gir.frontend.basic import BasicGraph, BasicOp, contiguous_strides
+from gir.templates import Candidates, candidates, elementwise, reduce
+from gir.templates.common import broadcast_strides
+
+from .compose import Composition, reindex
+
+
+def view_of(comp: Composition, tensor: str, shape: tuple, strides: tuple):
+    """(source, offset, strides over `shape`) when reading `tensor` with `strides` is one
+    affine read of one source tensor; None otherwise."""
+    content = comp.contents.get(tensor)
+    if content is None:
+        return None
+    seen = reindex(content, 0, shape, strides)
+    if seen is None or seen.shape != tuple(shape) or len(seen.pieces) != 1:
+        return None
+    p = seen.pieces[0]
+    if p.lo != (0,) * len(shape) or p.hi != tuple(shape):
+        return None
+    return p.source, p.offset, p.strides
+
+
+def folded(op: BasicOp, graph: BasicGraph, comp: Composition, target) -> tuple[Candidates, set[str]] | None:
+    """Candidates reading composed inputs through their views, and the tensors no longer read."""
+    t = graph.tensors
+    if op.kind == "elementwise":
+        shape = t[op.outputs[0]].shape or (1,)
+        views, skipped = [], set()
+        for name in op.inputs:
+            bstrides = broadcast_strides(t[name].shape, shape)
+            view = view_of(comp, name, shape, bstrides)
+            views.append(view or (name, 0, bstrides))
+            if view:
+                skipped.add(name)
+        if not skipped:
+            return None
+        rejected: list = []
+        return Candidates(op, elementwise.generate(op, t, target, rejected, views), rejected), skipped
+    if op.kind == "reduce":
+        name = op.inputs[0]
+        shape = t[name].shape or (1,)
+        view = view_of(comp, name, shape, contiguous_strides(shape))
+        if view is None:
+            return None
+        rejected = []
+        return Candidates(op, reduce.generate(op, t, target, rejected, view), rejected), {name}
+    return None
+
+
+def provider(graph: BasicGraph, comp: Composition, target):
+    """candidates(op) for the planner: folded where possible, the op's own templates else.
+    Also returns the tensors that folding made unnecessary to write."""
+    cache: dict[str, Candidates] = {}
+    unread: dict[str, set] = {}
+
+    def get(op: BasicOp) -> Candidates:
+        if op.name not in cache:
+            found = folded(op, graph, comp, target)
+            if found and found[0].candidates:
+                cache[op.name], unread[op.name] = found
+            else:
+                cache[op.name] = candidates(op, graph.tensors, target)
+        return cache[op.name]
+    return get, unread

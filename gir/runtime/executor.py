@@ -1,0 +1,51 @@
+"""Run a Plan's steps in order. Library ops (matmul, conv) run through numpy, the CPU
+stand-in for cuBLAS/hipBLAS; GIR kernels run in the reference interpreter ("interpreter"
+engine), which executes exactly the GIR-Graphs the backends emit."""
+from __future__ import annotations
+
+import numpy as np
+
+from gir.frontend.basic import BasicOp
+from gir.frontend.reference import execute_op
+from gir.fusion.plan import Kernel, Plan
+from gir.ir import run
+
+
+class ExecutionError(RuntimeError):
+    pass
+
+
+def execute(plan: Plan, feeds: dict[str, np.ndarray], check_races: bool = False) -> dict[str, np.ndarray]:
+    g = plan.graph
+    env: dict[str, np.ndarray] = {n: t.value for n, t in g.tensors.items() if t.value is not None}
+    env.update(feeds)
+
+    def value(name: str) -> np.ndarray:
+        root = plan.aliases.get(name, name)
+        if root not in env:
+            raise ExecutionError(f"{g.model_name}: tensor {name!r} is needed before any step produced it")
+        return env[root].reshape(g.tensors[name].shape)
+
+    coverage: dict[str, np.ndarray] = {}
+    for step in plan.steps:
+        if isinstance(step, BasicOp):
+            env[step.outputs[0]] = execute_op(step, g.tensors, [value(t) for t in step.inputs])
+            continue
+        _run_kernel(step, value, env, coverage, check_races)
+    for name, mask in coverage.items():
+        if not mask.all():
+            raise ExecutionError(f"{g.model_name}: {int((~mask).sum())} elements of {name!r} were written by no kernel")
+    return {name: value(name) for name in g.outputs}
+
+
+def _run_kernel(kernel: Kernel, value, env, coverage, check_races: bool) -> None:
+    """Kernels may write disjoint parts of one tensor: merge by the elements each wrote."""
+    inputs = {b.name: value(b.name) for b in kernel.graph.buffers.values() if b.role in ("input", "const")}
+    result = run(kernel.graph, inputs, check_races=check_races, complete=False)
+    for name, data in result.outputs.items():
+        mask = result.written[name]
+        if name in env and name in coverage:
+            env[name] = np.where(mask, data, env[name])
+            coverage[name] |= mask
+        else:
+            env[name], coverage[name] = data, mask.copy()
