@@ -10,7 +10,7 @@ import onnx.backend.test
 from gir.ir import get_target
 from gir.templates.execute import run_with_templates
 from onnx_backend import make_backend
-from test_onnx_backend_nodes import EXCLUDED, INCLUDE
+from test_onnx_backend_nodes import EXCLUDED, INCLUDE, drop_unrelated
 
 H100 = get_target("h100")
 TemplatesBackend = make_backend(lambda graph, feeds: run_with_templates(graph, feeds, H100), "GirTemplatesBackend")
@@ -23,4 +23,4 @@ for pattern in INCLUDE.values():
 for pattern in EXCLUDED:
     backend_test.exclude(pattern)
 
-globals().update(backend_test.test_cases)
+globals().update(drop_unrelated(backend_test))

@@ -152,16 +152,17 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     lanes, last = target.lanes_per_unit, dims[-1]
     upbs = [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
     out = []
+    # Whole rows first: they tile a row exactly as a unit (or block) reduction of that row does,
+    # so a fused group's load slices agree and the rewrites can keep data in registers.
+    if last <= 32 * lanes:
+        out += [("row", 1, last, u) for u in upbs]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u) for u in upbs[1:]]
     for elems_per_lane in (1, 2, 4, 8):
         span = lanes * elems_per_lane
         out += [("chunk", 1, min(span, last), u) for u in upbs]
         rows = min(dims[-2], span // last)
         if rows > 1:
             out += [("rows", rows, last, u) for u in upbs]
-    if last <= 32 * lanes:
-        out += [("row", 1, last, u) for u in upbs]  # a whole row per unit: matches a unit reduction
-    for u in upbs[1:]:
-        out.append(("row", 1, ceil(last / (u * lanes)) * lanes, u))  # a row per block: matches a block reduction
     return list(dict.fromkeys(out))
 
 
