@@ -2,7 +2,6 @@
 never change, DRAM traffic never grows, and the paper's fusion targets end as one kernel at
 their compulsory DRAM bound."""
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper

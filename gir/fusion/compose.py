@@ -15,10 +15,9 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from gir.frontend.basic import BasicGraph, BasicOp, contiguous_strides
-from gir.ir import GIRGraph, Move, validate
+from gir.ir import GIRGraph, Move
 from gir.ir.target import Target
-from gir.ir.validate import GraphError
-from gir.templates.common import Box, Candidate, box_choices, coalesce, load
+from gir.templates.common import Box, Candidate, admit, box_choices, coalesce, load
 
 MOVEMENT = ("layout", "view", "concat")
 
@@ -249,10 +248,5 @@ def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
             reg = load(g, box.slice(source, src_off, sstr), f"piece{i}", box.size, graph.tensors[source].dtype)
             g.add(Move(src=reg, dst=box.slice(name, dst_off, dstr)))
         params = {"rows": rows, "chunk": chunk, "units_per_block": upb}
-        try:
-            validate(g)
-        except GraphError as err:
-            rejected.append((structure, params, str(err).splitlines()[-1].strip()))
-            continue
-        cands.append(Candidate(label, structure, params, g))
+        admit(cands, rejected, label, structure, params, g)
     return cands

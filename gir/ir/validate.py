@@ -83,7 +83,6 @@ def validate(graph: GIRGraph) -> None:
         problems.append("the dataflow graph has a cycle")
     if prim.units_per_block > tgt.max_units_per_block:
         problems.append(f"{prim.units_per_block} units per block exceed {tgt.name}'s {tgt.max_units_per_block}")
-    env = prim.env()
     for node, op in graph.ops():
         where = f"#{node} {op.kind}"
         slices = [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]

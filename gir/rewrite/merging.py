@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from gir.ir import DRAM, LANE, REGISTER, SHARED, Elementwise, Move, Slice, Sync, required_scope
-from gir.ir.affine import Affine
 from gir.ir.expr import Call, Input, substitute
 
 from .query import position, readers, retarget, slices_of, syncs, whole, writers

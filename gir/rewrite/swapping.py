@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from gir.ir import REGISTER, Broadcast, Elementwise, Reduce, Slice, Sync
+from gir.ir import REGISTER, Broadcast, Elementwise, Reduce, Slice
 from gir.ir.expr import Call, Const, Input
 
 from .query import readers, retarget, syncs, writers

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from math import ceil, prod
 
 from gir.frontend.basic import BasicOp, Tensor, contiguous_strides
-from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice, W, block_coord
+from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice, W, block_coord, validate
+from gir.ir.validate import GraphError
 from gir.ir.affine import Affine
 from gir.ir.target import Target
 
@@ -23,6 +24,16 @@ class Candidate:
     @property
     def label(self) -> str:
         return f"{self.structure}(" + ", ".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")"
+
+
+def admit(cands: list, rejected: list, op_name: str, structure: str, params: dict, g: GIRGraph) -> None:
+    """Keep a built graph as a candidate if the target can hold it, else record why not."""
+    try:
+        validate(g)
+    except GraphError as err:
+        rejected.append((structure, params, str(err).splitlines()[-1].strip()))
+        return
+    cands.append(Candidate(op_name, structure, params, g))
 
 
 def param_grid(**choices) -> list[dict]:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from math import ceil, prod
 
-from gir.ir import Move, ParallelPrimitive, Slice, W, block_coord, validate
-from gir.ir.validate import GraphError
+from gir.ir import Move, ParallelPrimitive, Slice, W, block_coord
 
-from .common import Candidate, load, new_graph
+from .common import admit, load, new_graph
 
 
 def generate(op, tensors, target, rejected):
@@ -35,12 +34,7 @@ def generate(op, tensors, target, rejected):
                 dst = Slice(out.name, r0 * total + off + q * chunk, (per_unit_rows, chunk), (total, 1), limits)
                 g.add(Move(src=reg, dst=dst))
             params = {"rows": per_unit_rows, "chunk": chunk, "units_per_block": upb}
-            try:
-                validate(g)
-            except GraphError as err:
-                rejected.append(("chunk", params, str(err).splitlines()[-1].strip()))
-                continue
-            cands.append(Candidate(op.name, "chunk", params, g))
+            admit(cands, rejected, op.name, "chunk", params, g)
     return _unique(cands)
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from math import ceil, prod
 
-from gir.ir import Gather, Move, ParallelPrimitive, Slice, W, block_coord, validate
-from gir.ir.validate import GraphError
+from gir.ir import Gather, Move, ParallelPrimitive, Slice, W, block_coord
 
-from .common import Candidate, load, new_graph
+from .common import admit, load, new_graph
 
 
 def generate(op, tensors, target, rejected):
@@ -32,10 +31,5 @@ def generate(op, tensors, target, rejected):
             dst = Slice(out.name, (b0 * count + r0) * inner + q * chunk, (rows, chunk), (inner, 1), limits)
             g.add(Move(src=Slice("%rows", 0, (rows, chunk), (chunk, 1)), dst=dst))
             params = {"rows": rows, "chunk": chunk, "units_per_block": upb}
-            try:
-                validate(g)
-            except GraphError as err:
-                rejected.append(("rows", params, str(err).splitlines()[-1].strip()))
-                continue
-            cands.append(Candidate(op.name, "rows", params, g))
+            admit(cands, rejected, op.name, "rows", params, g)
     return list({tuple(sorted(c.params.items())): c for c in cands}.values())

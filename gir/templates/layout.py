@@ -6,11 +6,10 @@ from __future__ import annotations
 from math import ceil
 
 from gir.frontend.basic import contiguous_strides
-from gir.ir import BLOCK, SHARED, Move, ParallelPrimitive, Slice, Sync, W, block_coord, validate
+from gir.ir import BLOCK, SHARED, Move, ParallelPrimitive, Slice, Sync, W, block_coord
 from gir.ir.affine import Affine
-from gir.ir.validate import GraphError
 
-from .common import Candidate, coalesce, new_graph, unique_views
+from .common import admit, coalesce, new_graph, unique_views
 from .pointwise import pointwise_candidates
 
 TILE = 32
@@ -54,10 +53,5 @@ def _tiled(op, tensors, target, dims, offset, istr, ostr, rejected):
         dst = Slice(op.outputs[0], base_out + (TILE * bp + per * W) * ostr[p] + TILE * bj, (per, TILE), (ostr[p], 1), out_lim)
         g.add(Move(src=column, dst=dst))
         params = {"tile": TILE, "units_per_block": upb}
-        try:
-            validate(g)
-        except GraphError as err:
-            rejected.append(("tile", params, str(err).splitlines()[-1].strip()))
-            continue
-        out.append(Candidate(op.name, "tile", params, g))
+        admit(out, rejected, op.name, "tile", params, g)
     return out

@@ -8,11 +8,10 @@ import itertools
 from math import ceil
 
 from gir.frontend.basic import contiguous_strides
-from gir.ir import REGISTER, Move, ParallelPrimitive, Slice, W, block_coord, validate
+from gir.ir import REGISTER, Move, ParallelPrimitive, Slice, W, block_coord
 from gir.ir.affine import Affine
-from gir.ir.validate import GraphError
 
-from .common import Candidate, new_graph
+from .common import admit, new_graph
 
 
 def _regions(n: int, before: int, after: int, mode: str):
@@ -66,10 +65,5 @@ def generate(op, tensors, target, rejected):
             out_off = sum((block_coord(d) * ostr[d] for d in range(k - 1)), Affine(0)) + q * chunk
             g.add(Move(src=Slice.flat("%row", 0, chunk), dst=Slice.flat(y.name, out_off, chunk, limit=out_shape[-1] - q * chunk)))
             params = {"chunk": chunk, "units_per_block": upb}
-            try:
-                validate(g)
-            except GraphError as err:
-                rejected.append(("chunk", params, str(err).splitlines()[-1].strip()))
-                continue
-            cands.append(Candidate(op.name, "chunk", params, g))
+            admit(cands, rejected, op.name, "chunk", params, g)
     return cands

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gir.ir import REGISTER, Slice, validate
-from gir.ir.validate import GraphError
+from gir.ir import REGISTER, Slice
 
-from .common import Box, Candidate, box_choices, load, new_graph, store
+from .common import admit, Box, Candidate, box_choices, load, new_graph, store
 
 
 def vec_choices(chunk: int, strides: list[tuple[int, ...]], lanes: int) -> list[int]:
@@ -34,12 +33,7 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
             result = compute(g, regs, box, vec) if compute else regs[0]
             store(g, result, box.slice(out.name, 0, out_strides), vec=vec)
             params = {"rows": rows, "chunk": chunk, "units_per_block": upb, "vec": vec}
-            try:
-                validate(g)
-            except GraphError as err:
-                rejected.append((structure, params, str(err).splitlines()[-1].strip()))
-                continue
-            cands.append(Candidate(op.name, structure, params, g))
+            admit(cands, rejected, op.name, structure, params, g)
     return cands
 
 

@@ -15,13 +15,12 @@ from math import ceil, prod
 
 from gir.frontend.basic import contiguous_strides
 from gir.ir import (BLOCK, DEVICE, DRAM, REGISTER, SHARED, UNIT, Elementwise, Input, Move, ParallelPrimitive, Reduce,
-                    Slice, Sync, W, block_coord, call, validate)
+                    Slice, Sync, W, block_coord, call)
 from gir.ir.affine import Affine
 from gir.ir.dtypes import accumulator, itemsize
 from gir.ir.gops import reduce_identity
-from gir.ir.validate import GraphError
 
-from .common import Candidate, new_graph
+from .common import admit, new_graph
 
 
 def split_dims(shape, axes, strides=None):
@@ -190,10 +189,5 @@ def generate(op, tensors, target, rejected, view=None):
             rejected.append((structure, params, f"{held} elements per lane exceed the register file"))
             continue
         g = build()
-        try:
-            validate(g)
-        except GraphError as err:
-            rejected.append((structure, params, str(err).splitlines()[-1].strip()))
-            continue
-        cands.append(Candidate(op.name, structure, params, g))
+        admit(cands, rejected, op.name, structure, params, g)
     return cands
