@@ -125,7 +125,7 @@ def test_validator_lists_every_problem():
 def test_validator_rejects_register_overflow_and_out_of_bounds():
     with pytest.raises(GraphError, match="register bytes per lane"):
         validate(softmax_unit_per_row(2, 200_000, get_target("h100")))
-    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice, REGISTER
+    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice, U, REGISTER
     g = GIRGraph("oob", ParallelPrimitive((2,), 1), get_target("h100"))
     g.buffer("x", DRAM, (64,), role="input")
     g.buffer("r", REGISTER, 40)
@@ -137,7 +137,7 @@ def test_validator_rejects_register_overflow_and_out_of_bounds():
 
 
 def test_unwritten_output_is_an_error():
-    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice, U
+    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice
     g = GIRGraph("half", ParallelPrimitive((1,), 1), get_target("h100"))
     g.buffer("x", DRAM, (64,), role="input")
     g.buffer("y", DRAM, (64,), role="output")
