@@ -177,3 +177,46 @@ def test_shufflenet_fragment_is_one_kernel_at_the_bound():
         np.testing.assert_array_equal(got[name].reshape(want[name].shape), want[name])
     traffic = level_bytes(optimized)
     assert traffic["read"] + traffic["write"] == compulsory_bytes(optimized) == 4 * 4 * np.prod(half)
+
+
+def _chain(*ops_and_tensors):
+    tensors = {name: Tensor(name, shape, "float32") for name, shape in ops_and_tensors[1]}
+    return BasicGraph(tensors, ops_and_tensors[0], ["x"], [ops_and_tensors[0][-1].outputs[0]], "chain")
+
+
+def test_swapping_past_a_sync_replicates_a_scalar_epilogue():
+    """sum then 1/sum: the reciprocal moves past the unit sync and runs on every lane."""
+    ops = [BasicOp("sum", "reduce", ["x"], ["s"], {"op": "sum", "axes": (1,), "keepdims": True}, "sum"),
+           BasicOp("inv", "elementwise", ["s"], ["r"], {"expr": call("recip", Input(0)), "dtype": "float32"}, "inv"),
+           BasicOp("scale", "elementwise", ["x", "r"], ["y"], {"expr": Input(0) * Input(1), "dtype": "float32"}, "scale")]
+    g = _chain(ops, [("x", (5, 64)), ("s", (5, 1)), ("r", (5, 1)), ("y", (5, 64))])
+    merged = merge_graphs("c", [c.graph for c in common_structures(
+        [candidates(op, g.tensors, H100).candidates for op in ops])[0]], {"y"})
+    from gir.rewrite import swapping
+    from gir.ir import Sync as SyncOp
+    trial = merged.copy()
+    inv = next(n for n, op in trial.ops() if op.kind == "Elementwise" and "recip" in str(op.expr))
+    out = trial.op(inv).out.buffer
+    trial.insert_after(inv, SyncOp(scope=1, slice=trial.op(inv).out))
+    assert "moved after Sync" in swapping.apply(trial, inv)
+    assert trial.op(next(n for n, op in trial.ops() if op.kind == "Elementwise" and "recip" in str(op.expr))).uniform
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    np.testing.assert_allclose(run(trial, {"x": x}).outputs["y"], x / x.sum(1, keepdims=True), rtol=1e-5)
+    assert out in trial.buffers
+
+
+def test_swapping_past_a_register_move():
+    from gir.ir import DRAM, REGISTER, U, Elementwise, GIRGraph, Move, ParallelPrimitive, Slice
+    from gir.rewrite import swapping
+    g = GIRGraph("m", ParallelPrimitive((2,), 1), H100)
+    g.buffer("x", DRAM, (64,), role="input")
+    g.buffer("y", DRAM, (64,), role="output")
+    for name in ("a", "b", "c"):
+        g.buffer(name, REGISTER, 32)
+    g.add(Move(src=Slice.flat("x", 32 * U, 32), dst=Slice.flat("a", 0, 32)))
+    e = g.add(Elementwise(expr=Input(0) * 2.0, inputs=(Slice.flat("a", 0, 32),), out=Slice.flat("b", 0, 32)))
+    g.add(Move(src=Slice.flat("b", 0, 32), dst=Slice.flat("c", 0, 32)))
+    g.add(Move(src=Slice.flat("c", 0, 32), dst=Slice.flat("y", 32 * U, 32)))
+    assert "moved after Move" in swapping.apply(g, e)
+    x = np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(run(g, {"x": x}).outputs["y"], 2 * x)

@@ -3,11 +3,15 @@
 - past a Reduce it commutes with: sum(c * x) = c * sum(x); max/min(f(x)) = f(max/min(x)) for
   a non-decreasing f. The Elementwise then runs once per output instead of once per input;
 - past a Broadcast of its result: the Broadcast moves its inputs instead, and the Elementwise
-  lands next to the Elementwise that reads the broadcast, where merging fuses the two.
+  lands next to the Elementwise that reads the broadcast, where merging fuses the two;
+- past a register-to-register Move of its result (a relayout): the Move carries the inputs;
+- past a Sync of its result: the Sync covers the inputs instead and the Elementwise runs on
+  every lane (uniform), so readers in other lanes still find their value. The driver keeps it
+  only where registers allow.
 """
 from __future__ import annotations
 
-from gir.ir import REGISTER, Broadcast, Elementwise, Reduce, Slice
+from gir.ir import REGISTER, Broadcast, Elementwise, Move, Reduce, Slice, Sync
 from gir.ir.expr import Call, Const, Input
 
 from .query import readers, retarget, syncs, writers
@@ -53,10 +57,15 @@ def apply(g, node: int) -> str | None:
     if len(rs) != 1 or writers(g, out) != [node] or g.buffers[out].role != "temp":
         return None
     nxt = g.op(rs[0])
+    after = [n for n in g.graph.successors(node) if isinstance(g.op(n), Sync) and g.op(n).slice.buffer == out]
+    if after and (done := _past_sync(g, node, e, after[0], g.op(after[0]))):
+        return done
     if isinstance(nxt, Reduce):
         return _past_reduce(g, node, e, rs[0], nxt)
     if isinstance(nxt, Broadcast):
         return _past_broadcast(g, node, e, rs[0], nxt)
+    if isinstance(nxt, Move) and g.buffers[nxt.dst.buffer].level == REGISTER and nxt.fill is None:
+        return _past_move(g, node, e, rs[0], nxt)
     return None
 
 
@@ -80,6 +89,43 @@ def _past_reduce(g, node, e: Elementwise, rnode: int, r: Reduce) -> str | None:
     g.remove(node)
     del g.buffers[e.out.buffer]
     return f"#{node} {e.expr} moved after Reduce({r.op}) #{rnode}"
+
+
+def _inputs_like_output(g, e: Elementwise) -> bool:
+    """Every input is a register slice read element for element like the output is written."""
+    return all(g.buffers[s.buffer].level == REGISTER and s.size == e.out.size for s in e.inputs)
+
+
+def _past_move(g, node, e: Elementwise, mnode: int, m: Move) -> str | None:
+    if not m.src.same_pattern(e.out) or not _inputs_like_output(g, e) or m.src.is_masked:
+        return None
+    moved = []
+    for i, s in enumerate(e.inputs):
+        name = f"{m.dst.buffer}.in{i}"
+        g.buffer(name, REGISTER, g.buffers[m.dst.buffer].size, g.buffers[s.buffer].dtype)
+        dst = Slice(name, m.dst.offset, m.dst.shape, m.dst.strides, m.dst.limits, m.dst.starts)
+        g.insert_before(mnode, Move(src=Slice(s.buffer, s.offset, m.src.shape, m.src.strides), dst=dst, vec=m.vec,
+                                    uniform=m.uniform))
+        moved.append(dst)
+    g.replace(mnode, Elementwise(expr=e.expr, inputs=tuple(moved), out=m.dst, compute_dtype=e.compute_dtype,
+                                 vec=m.vec, uniform=m.uniform))
+    g.remove(node)
+    del g.buffers[e.out.buffer]
+    return f"#{node} {e.expr} moved after Move #{mnode}"
+
+
+SMALL = 4  # elements a replicated (uniform) Elementwise may compute on every lane
+
+
+def _past_sync(g, node, e: Elementwise, snode: int, sync: Sync) -> str | None:
+    """Only for a handful of values (per-row scalars): replicating more costs a lane's time."""
+    if e.uniform or e.out.size > SMALL or not _inputs_like_output(g, e):
+        return None
+    for s in e.inputs:
+        g.insert_before(snode, Sync(scope=sync.scope, slice=s))
+    g.remove(node)
+    g.replace(snode, Elementwise(expr=e.expr, inputs=e.inputs, out=e.out, compute_dtype=e.compute_dtype, uniform=True))
+    return f"#{node} {e.expr} moved after Sync #{snode}, now computed by every lane"
 
 
 def _past_broadcast(g, node, e: Elementwise, bnode: int, b: Broadcast) -> str | None:
