@@ -613,22 +613,24 @@ class CStyle:
     def arith(self, op: str, a: list[str], dt: str) -> str:
         is_float = dt in ("float32", "float64")
         f = "f" if dt == "float32" else ""
-        one = self.literal(1, dt)
+        one, zero = self.literal(1, dt), self.literal(0, dt)
+        neg = f"-{a[0]}" if re.fullmatch(r"\w+", a[0]) else f"-({a[0]})"
+        if not is_float and op in ("div", "mod"):  # numpy gives 0 where C would trap
+            return f"({a[1]} != 0 ? {a[0]} {'/' if op == 'div' else '%'} {a[1]} : {zero})"
         if op in INFIX:
             return f"{a[0]} {INFIX[op]} {a[1]}"
         if op in ("max", "min"):
             return f"GIR_{op.upper()}({a[0]}, {a[1]})"
         if op == "neg":
-            return f"-{a[0]}"
+            return neg
         if op == "relu":
-            return f"GIR_MAX({a[0]}, {self.literal(0, dt)})"
-        if not is_float and op in ("abs", "mod", "pow"):
-            return {"abs": f"({a[0]} < 0 ? -{a[0]} : {a[0]})", "mod": f"{a[0]} % {a[1]}",
-                    "pow": f"({self.ctype(dt)})gir_ipow({a[0]}, {a[1]})"}[op]
+            return f"GIR_MAX({a[0]}, {zero})"
+        if not is_float and op in ("abs", "pow"):
+            return f"({a[0]} < 0 ? {neg} : {a[0]})" if op == "abs" else f"({self.ctype(dt)})gir_ipow({a[0]}, {a[1]})"
         if not is_float:
             raise EmitError(f"elementwise {op} on {dt}")
         special = {"rsqrt": f"{one} / sqrt{f}({a[0]})", "recip": f"{one} / {a[0]}",
-                   "sigmoid": f"{one} / ({one} + exp{f}(-{a[0]}))"}
+                   "sigmoid": f"{one} / ({one} + exp{f}({neg}))"}
         if op in special:
             return special[op]
         return f"{FLOAT_FN[op]}{f}({', '.join(a)})"

@@ -149,15 +149,23 @@ class CompiledGraph:
     binary: object
 
 
+def check_shared(kernels: list[Kernel], target, static_limit: int | None = None) -> None:
+    """Before compiling: one-line ResourceError for a kernel whose shared memory cannot fit."""
+    from .errors import ResourceError
+    for k in kernels:
+        if k.shared_bytes > target.shared_bytes_per_block:
+            raise ResourceError(f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory per block; "
+                                f"{target.name} allows {target.shared_bytes_per_block}")
+        if static_limit is not None and k.shared_bytes > static_limit:
+            raise ResourceError(f"kernel {k.name} needs {k.shared_bytes} bytes of static shared memory; "
+                                f"the limit is {static_limit} (dynamic shared memory is not emitted)")
+
+
 def check_resources(kernels: list[Kernel], resources: dict, target) -> None:
-    """One-line ResourceError for a kernel that spills or exceeds the block's shared memory."""
+    """After compiling: one-line ResourceError for a kernel that spills registers."""
     from .errors import ResourceError
     for k in kernels:
         res = resources.get(k.name)
-        shared = max(k.shared_bytes, getattr(res, "shared_bytes", 0) or 0)
-        if shared > target.shared_bytes_per_block:
-            raise ResourceError(f"kernel {k.name} needs {shared} bytes of shared memory per block; "
-                                f"{target.name} allows {target.shared_bytes_per_block}")
         if res is not None and res.spilled:
             raise ResourceError(f"kernel {k.name} spills registers on {target.arch} "
                                 f"({res.registers} registers, {res.stack_bytes} bytes of stack)")

@@ -194,13 +194,15 @@ def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
     for op in graph.ops:
         if id(op) not in absorbed_ids:
             needed.update(op.inputs)
-    aliases = {t: src for t, c in contents.items() if (src := _storage_of(c)) is not None}
+    aliases = {t: src for t, c in contents.items()
+               if (src := _storage_of(c)) is not None and graph.tensors[src].size == graph.tensors[t].size}
     written = [t for t in contents if t in needed and t not in aliases]
     return Composition(contents, absorbed, written, aliases)
 
 
 def _storage_of(content: Content) -> str | None:
-    """The tensor whose storage this content is, element for element (a reshape of it)."""
+    """The tensor whose storage this content starts, element for element (a reshape of it when
+    the sizes agree; a prefix of it otherwise)."""
     if len(content.pieces) != 1:
         return None
     p = content.pieces[0]

@@ -9,16 +9,19 @@ input read once, each escaping output written once).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
+import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp
+from gir.frontend.reference import execute_op
 from gir.ir import GIRGraph
 from gir.ir.cost import level_bytes
-from gir.ir.dtypes import itemsize
+from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
 from gir.rewrite import Step, optimize
+from gir.templates import shape_only
 
 from .compose import compose, copy_candidates
 from .fold import provider
@@ -82,7 +85,7 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None) -> Pl
     """`limit`: parallel structures tried per group (deterministic order). `progress(i, n, text)`
     is called once per subgraph."""
     start = time.perf_counter()
-    part = partition(graph, target)
+    part = partition(_fold_shape_only(graph), target)
     g = part.graph
     result = Plan(g, target, part, [])
     cache: dict = {}
@@ -93,6 +96,21 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None) -> Pl
     result.steps = _order(g, part.library, result.kernels, result.aliases)
     result.search_seconds = time.perf_counter() - start
     return result
+
+
+def _fold_shape_only(graph: BasicGraph) -> BasicGraph:
+    """Ops that read no data (an empty operand) become constants computed here."""
+    folded = [op for op in graph.ops if shape_only(op, graph.tensors)]
+    if not folded:
+        return graph
+    tensors = dict(graph.tensors)
+    for op in folded:
+        args = [np.zeros(tensors[t].shape, np_dtype(tensors[t].dtype)) if tensors[t].value is None else tensors[t].value
+                for t in op.inputs]
+        out = tensors[op.outputs[0]]
+        tensors[out.name] = replace(out, value=execute_op(op, tensors, args))
+    ops = [op for op in graph.ops if not shape_only(op, graph.tensors)]
+    return replace(graph, tensors=tensors, ops=ops)
 
 
 def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases) -> Subgraph:

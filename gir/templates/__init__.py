@@ -51,13 +51,21 @@ class Candidates:
         return list(first.values()) + random.Random(seed).sample(rest, count - len(first))
 
 
+def shape_only(op: BasicOp, tensors: dict[str, Tensor]) -> bool:
+    """An empty output, or an empty operand of anything but a concat (which just skips it):
+    the op reads no data and its value follows from shapes alone."""
+    if any(tensors[t].size == 0 for t in op.outputs):
+        return True
+    return op.kind != "concat" and any(tensors[t].size == 0 for t in op.inputs)
+
+
 def candidates(op: BasicOp, tensors: dict[str, Tensor], target: Target) -> Candidates:
     if op.kind in ALIASES:
         return Candidates(op, [])
     if op.kind not in GENERATORS:
         raise TemplateError(f"{op.origin}: no GIR template for basic operator kind {op.kind!r} "
                             f"({op.name}); library ops must be lowered or sent to a library first")
-    if any(tensors[t].size == 0 for t in (*op.inputs, *op.outputs)):
+    if shape_only(op, tensors):
         return Candidates(op, [])  # nothing to move: the value is fixed by shapes (folded at compile time)
     rejected: list = []
     found = GENERATORS[op.kind](op, tensors, target, rejected)
@@ -67,4 +75,4 @@ def candidates(op: BasicOp, tensors: dict[str, Tensor], target: Target) -> Candi
     return Candidates(op, found, rejected)
 
 
-__all__ = ["Candidate", "Candidates", "TemplateError", "candidates", "GENERATORS"]
+__all__ = ["Candidate", "Candidates", "TemplateError", "candidates", "shape_only", "GENERATORS"]

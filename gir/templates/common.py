@@ -90,6 +90,8 @@ def new_graph(op: BasicOp, tensors: dict[str, Tensor], target: Target, prim: Par
     g = GIRGraph(f"{op.name}:{structure}", prim, target)
     for name in dict.fromkeys(op.inputs if inputs is None else inputs):
         t = tensors[name]
+        if t.size == 0:
+            continue  # an empty concat operand: nothing to read
         g.buffer(name, DRAM, t.shape or (1,), t.dtype, role="const" if t.is_const else "input")
     for name in op.outputs:
         t = tensors[name]

@@ -15,7 +15,7 @@ from gir.frontend.reference import execute_op
 from gir.ir import run
 from gir.ir.target import Target
 
-from . import Candidate, Candidates, candidates
+from . import Candidate, Candidates, candidates, shape_only
 
 LIBRARY = ("matmul", "conv")
 
@@ -33,7 +33,7 @@ def run_with_templates(graph: BasicGraph, feeds: dict[str, np.ndarray], target: 
         out = graph.tensors[op.outputs[0]]
         if op.kind == "view":
             env[out.name] = args[0].reshape(out.shape)
-        elif op.kind in LIBRARY or any(a.size == 0 for a in args) or out.size == 0:
+        elif op.kind in LIBRARY or shape_only(op, graph.tensors):
             env[out.name] = execute_op(op, graph.tensors, args)  # library call, or shape-only value
         else:
             cand = choose(candidates(op, graph.tensors, target))

@@ -17,6 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from ..errors import CompileError, ToolchainMissingError
 from ..kernels import CompiledGraph, allocate_dram, collect_outputs, emit_graph
 from .emitter import CpuEmitter
@@ -65,15 +67,36 @@ def compile(graph, target=None) -> CompiledGraph:
     return CompiledGraph(source, kernels, build(source, graph.name))
 
 
+class OutOfBoundsError(RuntimeError):
+    """An emitted kernel wrote outside a DRAM buffer (seen in the guard bytes around it)."""
+
+
 def run(graph, feeds: dict, edit: Callable[[str], str] | None = None) -> dict:
-    """Outputs of `graph` computed by its emitted C kernels, launched in order. `edit` rewrites
-    the source before it is built (tests inject bugs with it)."""
+    """Outputs of `graph` computed by its emitted C kernels, launched in order. Every buffer sits
+    between guard bytes (0xFF: NaN or -1 when read), so a stray write is an error, not silent
+    heap damage. `edit` rewrites the source before it is built (tests inject bugs with it)."""
     source, kernels = emit_graph(CpuEmitter(graph.target), graph)
     lib = build(edit(source) if edit else source, graph.name)
     arrays = allocate_dram(graph, feeds)
+    raws = {name: _guarded(a) for name, a in arrays.items()}
     for k in kernels:
         fn = getattr(lib, k.name)
         fn.argtypes = [ctypes.c_void_p] * len(k.params)
         fn.restype = None
-        fn(*[arrays[b.name].ctypes.data for b in k.params])
+        fn(*[raws[b.name].ctypes.data + GUARD for b in k.params])
+        for b in k.params:
+            raw = raws[b.name]
+            if (raw[:GUARD] != 0xFF).any() or (raw[GUARD + arrays[b.name].nbytes:] != 0xFF).any():
+                raise OutOfBoundsError(f"kernel {k.name} wrote outside DRAM buffer {b.name!r}")
+    for name, a in arrays.items():
+        a.view(np.uint8)[:] = raws[name][GUARD:GUARD + a.nbytes]
     return collect_outputs(graph, arrays)
+
+
+GUARD = 4096
+
+
+def _guarded(a: np.ndarray) -> np.ndarray:
+    raw = np.full(a.nbytes + 2 * GUARD, 0xFF, np.uint8)
+    raw[GUARD:GUARD + a.nbytes] = a.view(np.uint8)
+    return raw

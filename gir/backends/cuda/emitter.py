@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from ..cstyle import GPU_PRELUDE, CStyle
-from ..kernels import CompiledGraph, Kernel, check_resources, emit_graph
+from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph
 from .compiler import compile_cuda
+
+STATIC_SHARED = 48 * 1024  # per kernel without an opt-in; larger needs dynamic shared memory
 
 
 class CudaEmitter(CStyle):
     def prelude(self) -> str:
-        full = "0xffffffffu" if self.L == 32 else "0xffffffffffffffffull"
         return ("#include <cuda_fp16.h>\n" + GPU_PRELUDE
-                + f"#define GIR_SHFL(v, s) __shfl_sync({full}, (v), (s), {self.L})\n"
-                + f"#define GIR_SHFL_XOR(v, m) __shfl_xor_sync({full}, (v), (m), {self.L})\n")
+                + f"#define GIR_SHFL(v, s) __shfl_sync(0xffffffffu, (v), (s), {self.L})\n"
+                + f"#define GIR_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), {self.L})\n")
 
 
 def emit(kernel: Kernel, target) -> str:
@@ -23,6 +24,7 @@ def compile(graph, target=None) -> CompiledGraph:
     """Emit and compile for target.arch (default: the graph's target); ResourceError on spills."""
     target = target or graph.target
     source, kernels = emit_graph(CudaEmitter(target), graph)
+    check_shared(kernels, target, STATIC_SHARED)
     binary = compile_cuda(source, target.arch, name=f"{kernels[0].name}.cu")
     check_resources(kernels, binary.resources, target)
     return CompiledGraph(source, kernels, binary)

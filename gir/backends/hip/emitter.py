@@ -4,7 +4,7 @@ shuffles, hip_runtime.h only (hiprtc's built-ins define __half; hip_fp16.h would
 from __future__ import annotations
 
 from ..cstyle import GPU_PRELUDE, CStyle
-from ..kernels import CompiledGraph, Kernel, check_resources, emit_graph
+from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph
 from .compiler import compile_hip
 
 # A wavefront executes in lockstep; a unit-scope sync on LDS only has to order memory. The CPU
@@ -36,6 +36,7 @@ def compile(graph, target=None) -> CompiledGraph:
     """Emit and compile for target.arch (default: the graph's target); ResourceError on spills."""
     target = target or graph.target
     source, kernels = emit_graph(HipEmitter(target), graph)
+    check_shared(kernels, target)
     binary = compile_hip(source, target.arch, name=f"{kernels[0].name}.hip")
     check_resources(kernels, binary.resources, target)
     return CompiledGraph(source, kernels, binary)
