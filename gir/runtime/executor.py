@@ -15,10 +15,13 @@ class ExecutionError(RuntimeError):
     pass
 
 
-def execute(plan: Plan, feeds: dict[str, np.ndarray], check_races: bool = False) -> dict[str, np.ndarray]:
+def execute(plan: Plan, feeds: dict[str, np.ndarray], check_races: bool = False, memory=None) -> dict[str, np.ndarray]:
+    """`memory`: a MemoryPlan; intermediates then live in its arena at their planned offsets,
+    so a wrong plan (two live tensors overlapping) shows up as wrong numbers in tests."""
     g = plan.graph
     env: dict[str, np.ndarray] = {n: t.value for n, t in g.tensors.items() if t.value is not None}
     env.update(feeds)
+    arena = np.zeros(memory.arena_bytes, np.uint8) if memory else None
 
     def value(name: str) -> np.ndarray:
         root = plan.aliases.get(name, name)
@@ -30,12 +33,24 @@ def execute(plan: Plan, feeds: dict[str, np.ndarray], check_races: bool = False)
     for step in plan.steps:
         if isinstance(step, BasicOp):
             env[step.outputs[0]] = execute_op(step, g.tensors, [value(t) for t in step.inputs])
-            continue
-        _run_kernel(step, value, env, coverage, check_races)
+        else:
+            _run_kernel(step, value, env, coverage, check_races)
+        if arena is not None:
+            _into_arena(env, arena, memory.offsets, step.outputs if isinstance(step, BasicOp) else step.writes)
     for name, mask in coverage.items():
         if not mask.all():
             raise ExecutionError(f"{g.model_name}: {int((~mask).sum())} elements of {name!r} were written by no kernel")
     return {name: value(name) for name in g.outputs}
+
+
+def _into_arena(env, arena, offsets, names) -> None:
+    """Move freshly written intermediates into their arena slots (views from then on)."""
+    for name in names:
+        if name in offsets and name in env:
+            view = arena[offsets[name]:offsets[name] + env[name].nbytes].view(env[name].dtype).reshape(env[name].shape)
+            if view is not env[name]:
+                view[...] = env[name]
+                env[name] = view
 
 
 def _run_kernel(kernel: Kernel, value, env, coverage, check_races: bool) -> None:
