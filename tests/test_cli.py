@@ -1,0 +1,89 @@
+"""The command line: every command, and bad input ending as one line and a non-zero exit."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import models
+from gir.cli import main
+
+TINY = str(models.bundled_path("gpt2"))
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_targets(capsys):
+    code, out, _ = run_cli(capsys, "targets")
+    assert code == 0 and "cuda:sm_90" in out and "hip:gfx90a" in out and "cpu" in out
+
+
+def test_explain_text_json_and_node(capsys):
+    code, out, err = run_cli(capsys, "explain", TINY, "--target", "cuda:sm_80")
+    assert code == 0 and "memory-intensive subgraphs" in out and "[1/" in err
+    code, out, _ = run_cli(capsys, "explain", TINY, "--json", "--quiet")
+    data = json.loads(out)
+    sub = data["subgraphs"][0]
+    assert {"unfused_dram_bytes", "gir_dram_bytes", "bound_dram_bytes"} <= set(sub)
+    node = sub["ops"][0]
+    code, out, _ = run_cli(capsys, "explain", TINY, "--node", node, "--quiet")
+    assert code == 0 and "GIR after rewriting" in out
+
+
+def test_run_with_random_and_given_inputs(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "run", TINY, "--quiet", "-o", str(tmp_path / "y.npz"))
+    assert code == 0 and "logits" in out and (tmp_path / "y.npz").exists()
+    feeds = models.example_inputs(onnx.load(TINY), 0)
+    np.savez(tmp_path / "x.npz", **feeds)
+    assert run_cli(capsys, "run", TINY, "--quiet", "--inputs", str(tmp_path / "x.npz"))[0] == 0
+
+
+def test_compile_writes_plan_and_kernels(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "compile", TINY, "--quiet", "-o", str(tmp_path))
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert code == 0 and plan["steps"] and all((tmp_path / s["file"]).exists() for s in plan["steps"] if s["kind"] == "gir")
+
+
+def one_line_error(capsys, code_expected, *argv, match):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == code_expected
+    lines = [l for l in err.splitlines() if l.startswith("gir:")]
+    assert len(lines) == 1 and match in lines[0] and "Traceback" not in err
+
+
+def test_bad_inputs(capsys, tmp_path):
+    one_line_error(capsys, 1, "explain", str(tmp_path / "missing.onnx"), match="no such file")
+    (tmp_path / "text.onnx").write_text("not a model")
+    one_line_error(capsys, 1, "explain", str(tmp_path / "text.onnx"), "--quiet", match="not a valid ONNX file")
+    data = open(TINY, "rb").read()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 3])
+    one_line_error(capsys, 1, "explain", str(tmp_path / "cut.onnx"), "--quiet", match="cut.onnx")
+    one_line_error(capsys, 1, "explain", TINY, "--target", "cuda:sm_99", match="unknown target 'cuda:sm_99'")
+    feeds = models.example_inputs(onnx.load(TINY), 0)
+    np.savez(tmp_path / "wrong_name.npz", nope=np.zeros(1), **feeds)
+    one_line_error(capsys, 1, "run", TINY, "--quiet", "--inputs", str(tmp_path / "wrong_name.npz"), match="unknown input 'nope'")
+    name, value = next(iter(feeds.items()))
+    np.savez(tmp_path / "wrong_shape.npz", **{**feeds, name: np.zeros((7, 7), value.dtype)})
+    one_line_error(capsys, 1, "run", TINY, "--quiet", "--inputs", str(tmp_path / "wrong_shape.npz"), match=f"input {name!r} has shape [7, 7]")
+
+
+def test_unsupported_op_lists_every_node(capsys, tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    nodes = [helper.make_node("Cosh", ["x"], ["a"], name="first"), helper.make_node("Sinh", ["a"], ["y"], name="second")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, tmp_path / "m.onnx")
+    code, _, err = run_cli(capsys, "explain", str(tmp_path / "m.onnx"), "--quiet")
+    assert code == 2 and "first" in err and "Cosh" in err and "second" in err and "Sinh" in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_has_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "gir.cli", "explain", str(tmp_path / "none.onnx")], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
