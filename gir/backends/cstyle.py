@@ -1,23 +1,27 @@
 """One C-like emitter for every backend: a Kernel becomes its parallel structure (block
-coordinates, unit in block, lane) followed by each gOperator in program order. Dialects
-override names and a few strategies (types, shuffles, barriers, prologue), after tinygrad's
-renderer/cstyle.py: CUDA and HIP are thin subclasses, the CPU overrides the register model.
+coordinates b0.. unravelled from the linear block, unit in block w, lane) followed by each
+gOperator in program order. Dialects override names and a few strategies (types, shuffles,
+barriers, prologue), after tinygrad's renderer/cstyle.py: CUDA and HIP are thin subclasses,
+the CPU overrides the register model.
 
 GPU registers. A register buffer is a per-lane local array. Element `a` lives in lane
 `(a // vec) % lanes` at local index `(a // (vec*lanes))*vec + a % vec`, `vec` being that of the
 buffer's first non-uniform writer (GOp.lane_of_output); a writer whose slice is not the plain
 0-based one defines the placement by table instead. A buffer whose writers are all `uniform`
 is replicated: every lane holds element `a` at index `a`. Every gOperator is unrolled at emit
-time, one block per (chunk, vec position) with k = c + vec*lane, so local indices are
-constants and the arrays stay in registers. Where each lane's element is decided (owner lane,
-local index) is computed for all lanes at emit time.
+time, one block per (chunk j, vector position v) with k = j*vec*lanes + v + vec*lane, so local
+indices are constants and the arrays stay in registers; `vec` only decides which lane owns
+which elements (no vector types are emitted). A `uniform` gOperator runs every element in
+every lane; its stores to shared or DRAM come from lane 0.
 
-Cross-lane reads (legal only after a Sync(UNIT) in the IR) are warp shuffles from the owner
-lane, hoisted out of any per-lane guard so the whole warp executes them. A cooperative Reduce
-(`uniform`) is a per-lane partial over the elements the lane holds, then an xor-shuffle
-butterfly over the smallest aligned lane segment that holds a group; outputs whose groups sit
-in different segments share one butterfly, and a final shuffle from the segment replicates
-each result. Sync(UNIT) on registers therefore emits nothing.
+Who holds what is computed for all lanes at emit time. A read of an element another lane holds
+(legal only after a Sync(UNIT) in the IR) is a warp shuffle from the owner lane, one per local
+index the lanes need, hoisted out of any per-lane guard so the whole warp executes it; hence
+Sync(UNIT) on registers emits nothing. A replicated buffer read at lane-dependent indices is a
+short select chain on the lane (or a run-time index). A cooperative Reduce (`uniform`) is a
+per-lane partial over the elements the lane holds, then an xor-shuffle butterfly over the
+smallest aligned lane segment that holds a group; outputs whose groups sit in different
+segments share one butterfly, and a shuffle from each segment replicates its result.
 """
 from __future__ import annotations
 
@@ -34,9 +38,9 @@ from gir.ir.expr import Call, Const, Input, evaluate
 from gir.ir.gops import Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
 
-from .kernels import EmitError, Kernel, c_identifier
+from .kernels import EmitError, Kernel
 
-MAX_RUNS = 16  # longest per-lane select chain before falling back to dynamic indexing
+MAX_RUNS = 16  # longest per-lane select chain (or shuffles per element) before other means
 COMPARE = {"eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">="}
 INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "floor": "floor",
@@ -106,26 +110,23 @@ class Idx:
     def lin(self, mul: int, add: int) -> "Idx":
         return self._map(f"{{}}*{mul} + {add}", lambda v: v * mul + add)
 
-    @property
-    def const(self) -> int | None:
-        if self.lanes is None:
-            return int(self.expr) if self.expr.lstrip("-").isdigit() else None
-        vals = self.lanes[self.valid]
-        return int(vals[0]) if len(vals) and (vals == vals[0]).all() else None
+
+def lane_affine(values: np.ndarray, valid: np.ndarray) -> tuple[int, int] | None:
+    """(c, m) with value = c + m*lane on every valid lane, if there are such integers."""
+    idx = np.flatnonzero(valid)
+    if not len(idx):
+        return 0, 0
+    v = values[idx]
+    if (v == v[0]).all():
+        return int(v[0]), 0
+    m = (int(v[-1]) - int(v[0])) // int(idx[-1] - idx[0])
+    c = int(v[0]) - m * int(idx[0])
+    return (c, m) if (v == c + m * idx).all() else None
 
 
 def lane_form(values: np.ndarray, valid: np.ndarray) -> str | None:
-    """`c` or `c + m*lane` when the valid lanes' values fit it exactly."""
-    idx = np.flatnonzero(valid)
-    if not len(idx):
-        return "0"
-    v = values[idx]
-    if (v == v[0]).all():
-        return str(int(v[0]))
-    span = idx[-1] - idx[0]
-    m = (int(v[-1]) - int(v[0])) // span
-    c = int(v[0]) - m * int(idx[0])
-    return linear_c(c, m, "lane") if (v == c + m * idx).all() else None
+    fit = lane_affine(values, valid)
+    return None if fit is None else linear_c(fit[0], fit[1], "lane")
 
 
 def paren(e: str) -> str:
@@ -253,7 +254,7 @@ class CStyle:
     def prologue(self, k: Kernel) -> list[str]:
         upb = k.prim.units_per_block
         lines = [f"const int lane = threadIdx.x % {self.L};", f"const int w = threadIdx.x / {self.L};",
-                 "const int b = blockIdx.x;", f"const int u = b * {upb} + w;"]
+                 "const int b = blockIdx.x;", "const int u = b + w;" if upb == 1 else f"const int u = b * {upb} + w;"]
         return lines + self.block_coords(k)
 
     def block_coords(self, k: Kernel) -> list[str]:
@@ -279,7 +280,7 @@ class CStyle:
         prefix = {DRAM: "g_", SHARED: "s_", REGISTER: "r_"}
         names, used = {}, set()
         for name, buf in sorted(k.buffers.items()):
-            base = prefix[buf.level] + c_identifier(name)
+            base = re.sub(r"_+", "_", prefix[buf.level] + re.sub(r"\W", "_", name)).rstrip("_")
             ident, i = base, 1
             while ident in used:
                 ident, i = f"{base}_{i}", i + 1
@@ -375,18 +376,17 @@ class CStyle:
             text = add_c(text, idx if st == 1 else f"-{idx}" if st == -1 else f"{st}*{idx}")
         return text
 
-    def pattern(self, s: Slice, e: Idx) -> str:
-        if e.lanes is not None:
-            vals = s.pattern[np.clip(e.lanes, 0, s.size - 1)]
-            form = lane_form(vals, e.valid)
-            if form is not None:
-                return form
-        return self.unravel(s, e.expr)
-
     def address(self, s: Slice, e: Idx) -> str:
-        return add_c(affine_c(s.offset), self.pattern(s, e))
+        """C expression of element e's address; affine in the lane where it can be."""
+        if e.lanes is not None:
+            fit = lane_affine(s.pattern[np.clip(e.lanes, 0, s.size - 1)], e.valid)
+            if fit is not None:
+                return add_c(affine_c(s.offset + fit[0]), linear_c(0, fit[1], "lane"))
+        return add_c(affine_c(s.offset), self.unravel(s, e.expr))
 
     def dim_index(self, s: Slice, d: int, e: Idx) -> Idx:
+        if s.shape[d] == 1:
+            return Idx("0", None if e.lanes is None else 0 * e.lanes, e.valid)
         i = e.div(prod(s.shape[d + 1:]))
         return i if d == 0 else i.mod(s.shape[d])
 
@@ -397,8 +397,9 @@ class CStyle:
                 if bound is None:
                     continue
                 i = self.dim_index(s, d, e)
-                if i.lanes is not None and bound.is_const:  # decided at emit time
-                    vals = i.lanes[i.valid]
+                known = i.lanes if i.lanes is not None else np.array([int(i.expr)]) if i.expr.isdigit() else None
+                if known is not None and bound.is_const:  # decided at emit time
+                    vals = known[i.valid] if i.lanes is not None else known
                     holds = vals < bound.const if op == "<" else vals >= bound.const
                     if holds.all():
                         continue
@@ -447,16 +448,18 @@ class CStyle:
         if not consider.any():
             return f"{name}[0]"
         owner, slot = lay.owner[a], lay.slot[a]
-        if lay.replicated:
-            return self.by_lane(slot, consider, lambda v: f"{name}[{v}]", lambda x: f"{name}[{x}]")
+        addr = paren(add_c(str(s.offset.const), self.unravel(s, i.expr)))  # the address at run time
+        if lay.replicated:  # slot == address; beyond a short chain, index at run time (local memory)
+            return self.by_lane(slot, consider, lambda v: f"{name}[{v}]", lambda x: f"{name}[{x}]") or f"{name}[{addr}]"
         lanes = np.arange(self.L)
         slots = sorted(set(slot[consider].tolist()))
         if (owner[consider] == lanes[consider]).all() and len(slots) == 1:
             return f"{name}[{slots[0]}]"
-        src = self.lane_table(owner, consider)
+        # Another lane holds it: one shuffle per local index the lanes need, each lane keeps its own.
+        src = lane_form(owner, consider)
         if src is None and lay.vec is not None:
-            addr = add_c(str(s.offset.const), self.unravel(s, i.expr))
-            src = f"(({addr}) / {lay.vec}) % {self.L}"
+            src = f"({addr} / {lay.vec}) % {self.L}"
+        src = src or self.by_lane(owner, consider, str, None)
         if src is None or len(slots) > MAX_RUNS:
             raise EmitError(f"cross-lane read of {s} is too irregular to shuffle")
         temps = {}
@@ -464,7 +467,13 @@ class CStyle:
             temps[sv] = e.tmp()
             e.pre.append(f"const {self.types[self.dtype(s)]} {temps[sv]} = "
                          f"{self.shuffle_typed(f'{name}[{sv}]', src, self.dtype(s))};")
-        pick = self.by_lane(slot, consider, lambda v: temps[v], None)
+        pick = self.by_lane(slot, consider, lambda v: temps[v], None) if len(lane_runs(slot, consider)) <= 4 else None
+        if pick is None and lay.vec is not None:
+            local = f"({addr} / {lay.vec * self.L}) * {lay.vec} + {addr} % {lay.vec}"
+            pick = temps[slots[-1]]
+            for sv in reversed(slots[:-1]):
+                pick = f"({local} == {sv} ? {temps[sv]} : {pick})"
+        pick = pick or self.by_lane(slot, consider, lambda v: temps[v], None)
         if pick is None:
             raise EmitError(f"cross-lane read of {s} is too irregular to shuffle")
         return pick
@@ -483,11 +492,6 @@ class CStyle:
         if (owner[consider] == lanes[consider]).all() and len(set(slot[consider].tolist())) == 1:
             return f"{name}[{slot[consider][0]}]", []
         raise EmitError(f"{op.kind} writes register elements of {s} that other lanes hold")
-
-    def lane_table(self, values: np.ndarray, consider: np.ndarray) -> str | None:
-        """C int expression giving every lane its value: constant, affine, or a short chain."""
-        form = lane_form(values, consider)
-        return form if form is not None else self.by_lane(values, consider, str, None)
 
     def by_lane(self, values, consider, render, dynamic) -> str | None:
         runs = lane_runs(values, consider)

@@ -8,13 +8,19 @@ kernel that uses them, and values that cannot be are rejected here rather than r
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gir.ir import DEVICE, DRAM, SHARED, GIRGraph, Sync
 from gir.ir.affine import ParallelPrimitive
+from gir.ir.dtypes import np_dtype
 from gir.ir.gops import GOp
 from gir.ir.slices import Buffer
+
+from .errors import ResourceError
 
 
 class EmitError(ValueError):
@@ -62,6 +68,8 @@ def split_kernels(graph: GIRGraph) -> list[Kernel]:
     stretches = [s for s in stretches if any(not isinstance(op, Sync) for _, op in s)]
     _recompute_crossing_values(graph, stretches)
     base = c_identifier(graph.name)
+    if len(base) > 40:  # fused graphs are named after all their operators
+        base = f"{base[:32]}_{hashlib.sha1(base.encode()).hexdigest()[:6]}"
     lanes = graph.target.lanes_per_unit
     kernels = []
     for i, ops in enumerate(stretches):
@@ -136,9 +144,14 @@ def _recompute_crossing_values(graph: GIRGraph, stretches) -> None:
 
 
 def _chain(w: _Write):
-    yield w
-    for d in w.deps:
-        yield from _chain(d)
+    """w and every write it transitively consumed, each once."""
+    seen, todo = set(), [w]
+    while todo:
+        x = todo.pop()
+        if id(x) not in seen:
+            seen.add(id(x))
+            yield x
+            todo += x.deps
 
 
 @dataclass
@@ -151,7 +164,6 @@ class CompiledGraph:
 
 def check_shared(kernels: list[Kernel], target, static_limit: int | None = None) -> None:
     """Before compiling: one-line ResourceError for a kernel whose shared memory cannot fit."""
-    from .errors import ResourceError
     for k in kernels:
         if k.shared_bytes > target.shared_bytes_per_block:
             raise ResourceError(f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory per block; "
@@ -163,7 +175,6 @@ def check_shared(kernels: list[Kernel], target, static_limit: int | None = None)
 
 def check_resources(kernels: list[Kernel], resources: dict, target) -> None:
     """After compiling: one-line ResourceError for a kernel that spills registers."""
-    from .errors import ResourceError
     for k in kernels:
         res = resources.get(k.name)
         if res is not None and res.spilled:
@@ -183,8 +194,6 @@ def emit_graph(emitter, graph: GIRGraph) -> tuple[str, list[Kernel]]:
 def allocate_dram(graph: GIRGraph, feeds: dict) -> dict:
     """Flat numpy arrays for every DRAM buffer: inputs and constants from `feeds`, the rest
     poisoned (NaN, or the most negative integer) so an element no kernel writes shows up."""
-    import numpy as np
-    from gir.ir.dtypes import np_dtype
     arrays = {}
     for buf in graph.buffers.values():
         if buf.level != DRAM:
