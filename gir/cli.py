@@ -165,29 +165,66 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _build(graph, target):
+    """Emit and compile one GIR-Graph for the target's backend: (source suffix, CompiledGraph,
+    {file suffix: bytes})."""
+    from gir.backends.errors import CompileError, ResourceError, ToolchainMissingError
+    try:
+        if target.backend == "cuda":
+            from gir.backends.cuda.emitter import compile as build
+            built = build(graph, target)
+            return ".cu", built, {".ptx": built.binary.ptx.encode(), ".cubin": built.binary.cubin}
+        if target.backend == "hip":
+            from gir.backends.hip.emitter import compile as build
+            built = build(graph, target)
+            return ".hip", built, {f".{target.arch}.co": built.binary.code}
+        from gir.backends.cpu.compiler import compile as build
+        built = build(graph, target)
+        return ".c", built, {}
+    except ToolchainMissingError as err:
+        raise CliError(str(err).splitlines()[0], EXIT_TOOLCHAIN) from None
+    except (CompileError, ResourceError) as err:
+        raise CliError(f"kernel {graph.name[:80]}: {str(err).splitlines()[0]}", EXIT_INTERNAL) from None
+
+
 def cmd_compile(args) -> int:
     from gir.ir import to_dot, to_text
     graph = _load(args.model)
     target = _target(args.target)
     result = _plan(args, graph, target)
     os.makedirs(os.path.join(args.output, "kernels"), exist_ok=True)
-    steps = []
+    steps, launches = [], 0
     for i, step in enumerate(result.steps):
-        if hasattr(step, "graph"):
-            stem = f"k{i:03d}"
-            with open(os.path.join(args.output, "kernels", stem + ".gir.txt"), "w") as f:
-                f.write(to_text(step.graph) + "\n")
-            with open(os.path.join(args.output, "kernels", stem + ".dot"), "w") as f:
-                f.write(to_dot(step.graph) + "\n")
-            steps.append({"kind": "gir", "name": step.name, "file": f"kernels/{stem}.gir.txt", "grid": list(step.graph.prim.grid),
-                          "units_per_block": step.graph.prim.units_per_block, "reads": step.reads, "writes": step.writes})
-        else:
+        if not hasattr(step, "graph"):
             steps.append({"kind": "library", "op": step.kind, "name": step.name, "inputs": step.inputs, "outputs": step.outputs})
+            continue
+        stem = os.path.join(args.output, "kernels", f"k{i:03d}")
+        with open(stem + ".gir.txt", "w") as f:
+            f.write(to_text(step.graph) + "\n")
+        with open(stem + ".dot", "w") as f:
+            f.write(to_dot(step.graph) + "\n")
+        suffix, built, binaries = _build(step.graph, target)
+        with open(stem + suffix, "w") as f:
+            f.write(built.source)
+        for ext, data in binaries.items():
+            with open(stem + ext, "wb") as f:
+                f.write(data)
+        for k in built.kernels:
+            launches += 1
+            steps.append({"kind": "launch", "step": step.name, "kernel": k.name, "source": f"kernels/k{i:03d}{suffix}",
+                          "grid": [k.num_blocks], "block": [k.block_threads], "shared_bytes": k.shared_bytes,
+                          "params": [{"buffer": b.name, "dtype": b.dtype, "elements": b.size, "written": b.name in k.written}
+                                     for b in k.params]})
+        if not args.quiet:
+            print(f"[{i + 1}/{len(result.steps)}] built {step.name[:70]}", file=sys.stderr, flush=True)
+    buffers = {n: {"shape": list(t.shape), "dtype": t.dtype} for n, t in graph.tensors.items() if t.value is None}
     with open(os.path.join(args.output, "plan.json"), "w") as f:
-        json.dump({"model": graph.model_name, "target": target.name, "aliases": result.aliases, "steps": steps}, f, indent=1)
+        json.dump({"model": graph.model_name, "target": target.name, "arch": target.arch, "aliases": result.aliases,
+                   "buffers": buffers, "steps": steps}, f, indent=1)
     with open(os.path.join(args.output, "explain.json"), "w") as f:
         json.dump(explain_data(result), f, indent=1)
-    print(f"{graph.model_name}: {len(steps)} steps ({sum(s['kind'] == 'gir' for s in steps)} GIR kernels) -> {args.output}")
+    libs = sum(s["kind"] == "library" for s in steps)
+    print(f"{graph.model_name} -> {args.output}: {launches} kernel launches ({target.name} {target.arch}), {libs} library calls")
     return EXIT_OK
 
 
@@ -213,7 +250,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", help=".npz with one array per model input (default: seeded random)")
     p.add_argument("-o", "--output", help="write outputs to this .npz")
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("compile", help="write the plan and every kernel's GIR")
+    p = sub.add_parser("compile", help="emit and compile every kernel; write plan.json")
     common(p)
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.set_defaults(fn=cmd_compile)

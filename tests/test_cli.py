@@ -45,10 +45,19 @@ def test_run_with_random_and_given_inputs(capsys, tmp_path):
     assert run_cli(capsys, "run", TINY, "--quiet", "--inputs", str(tmp_path / "x.npz"))[0] == 0
 
 
-def test_compile_writes_plan_and_kernels(capsys, tmp_path):
-    code, out, _ = run_cli(capsys, "compile", TINY, "--quiet", "-o", str(tmp_path))
+@pytest.mark.parametrize("target,suffix,binary", [("cuda:sm_90", ".cu", ".cubin"), ("hip:gfx90a", ".hip", ".gfx90a.co"),
+                                                  ("cpu", ".c", None)])
+def test_compile_emits_and_builds_every_kernel(capsys, tmp_path, target, suffix, binary):
+    code, out, _ = run_cli(capsys, "compile", TINY, "--target", target, "--quiet", "-o", str(tmp_path))
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert code == 0 and plan["steps"] and all((tmp_path / s["file"]).exists() for s in plan["steps"] if s["kind"] == "gir")
+    launches = [s for s in plan["steps"] if s["kind"] == "launch"]
+    assert code == 0 and launches and f"{len(launches)} kernel launches" in out
+    for step in launches:
+        source = tmp_path / step["source"]
+        assert source.suffix == suffix and source.exists() and step["kernel"] in source.read_text()
+        assert step["grid"][0] >= 1 and step["block"][0] >= 1 and step["params"]
+        if binary:
+            assert source.with_suffix(binary).exists()
 
 
 def one_line_error(capsys, code_expected, *argv, match):

@@ -106,16 +106,16 @@ def _gpu(name, backend, arch, unit, lanes, max_units, procs, regs, smem, dram_bw
     )
 
 
-# Registers: the per-thread ceiling we let a kernel use without forcing spills (NVIDIA 255,
-# CDNA 256 architectural VGPRs). Shared memory: the largest per-block allocation.
+# Registers: the per-thread ceiling we let a kernel use without forcing spills (NVIDIA 255;
+# CDNA has 512 VGPRs per SIMD lane-slot, but a 512-thread block leaves 128 per lane on gfx908). Shared memory: the largest per-block allocation.
 PRESETS: dict[str, Target] = {
     "a100": _gpu("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
                  1.555e12, 19.5e12, 19.5e12, 312e12, "A100-SXM4-40GB; 48 KiB static shared, 163 KiB opt-in"),
     "h100": _gpu("H100", "cuda", "sm_90", "warp", 32, 32, 132, 255, 227 * 1024,
                  3.35e12, 31e12, 67e12, 989e12, "H100-SXM5-80GB"),
-    "mi100": _gpu("MI100", "hip", "gfx908", "wavefront", 64, 16, 120, 256, 64 * 1024,
+    "mi100": _gpu("MI100", "hip", "gfx908", "wavefront", 64, 16, 120, 128, 64 * 1024,
                   1.2288e12, 23e12, 23.1e12, 184.6e12, "CDNA1, 64-lane wavefronts"),
-    "mi250x": _gpu("MI250X", "hip", "gfx90a", "wavefront", 64, 16, 110, 256, 64 * 1024,
+    "mi250x": _gpu("MI250X", "hip", "gfx90a", "wavefront", 64, 16, 110, 128, 64 * 1024,
                    1.6384e12, 24e12, 23.9e12, 191.5e12, "one GCD of the MI250X (the unit a kernel runs on)"),
 }
 ALIASES = {"cuda:sm_80": "a100", "cuda:sm_90": "h100", "hip:gfx908": "mi100", "hip:gfx90a": "mi250x", "cpu": "cpu"}

@@ -37,7 +37,8 @@ def register_bytes_per_lane(graph: GIRGraph) -> int:
             first.setdefault(s.buffer, pos)
             last.setdefault(s.buffer, pos)
             held = s.size if op.uniform else int(np.bincount(output_lanes(op, lanes)).max())
-            per_lane[s.buffer] = max(per_lane.get(s.buffer, 0), held * itemsize(buf.dtype))
+            word = max(itemsize(buf.dtype), 4)  # an fp16 or bool value still takes a 32-bit register
+            per_lane[s.buffer] = max(per_lane.get(s.buffer, 0), held * word)
     peak = 0
     for pos in range(len(order)):
         live = sum(per_lane[b] for b in per_lane if first[b] <= pos <= last.get(b, first[b]))
