@@ -63,9 +63,16 @@ EXCLUDED = {
         "Pad mode='wrap' is not supported (constant, reflect, edge)",
 }
 
-def drop_unrelated(test: onnx.backend.test.BackendTest) -> dict:
-    """The test classes without the ~3,400 cases of ops GIR does not claim (onnx would report
-    them as skipped); excluded cases stay, skipped with their reason."""
+def node_tests(backend, module: str, extra_excluded=()) -> dict:
+    """onnx's node test classes for `backend`: the INCLUDEd ops only (the ~3,400 cases of ops GIR
+    does not claim are dropped, not reported as skipped); EXCLUDED cases stay, skipped."""
+    with warnings.catch_warnings():  # onnx's own case generators overflow on purpose (cast, reduce)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        test = onnx.backend.test.BackendTest(backend, module)
+    for pattern in INCLUDE.values():
+        test.include(rf"^test_(?:{pattern})_cpu$")
+    for pattern in (*EXCLUDED, *extra_excluded):
+        test.exclude(pattern)
     wanted = re.compile("|".join(rf"^test_(?:{p})_cpu$" for p in INCLUDE.values()))
     cases = test.test_cases  # a property that builds new classes on every access: read it once
     for case in cases.values():
@@ -74,12 +81,4 @@ def drop_unrelated(test: onnx.backend.test.BackendTest) -> dict:
     return {k: c for k, c in cases.items() if any(n.startswith("test_") for n in vars(c))}
 
 
-with warnings.catch_warnings():  # onnx's own case generators overflow on purpose (cast, reduce)
-    warnings.simplefilter("ignore", RuntimeWarning)
-    backend_test = onnx.backend.test.BackendTest(GirBackend, __name__)
-for pattern in INCLUDE.values():
-    backend_test.include(rf"^test_(?:{pattern})_cpu$")
-for pattern in EXCLUDED:
-    backend_test.exclude(pattern)
-
-globals().update(drop_unrelated(backend_test))
+globals().update(node_tests(GirBackend, __name__))

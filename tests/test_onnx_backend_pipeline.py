@@ -3,15 +3,11 @@ through the whole pipeline: partition, composition, folding, grouping, merging, 
 then every planned kernel in the reference interpreter and library ops in numpy."""
 from __future__ import annotations
 
-import warnings
-
-import onnx.backend.test
-
 from gir.fusion.plan import plan
 from gir.ir import get_target
 from gir.runtime import execute
 from onnx_backend import make_backend
-from test_onnx_backend_nodes import EXCLUDED, INCLUDE, drop_unrelated
+from test_onnx_backend_nodes import node_tests
 
 H100 = get_target("h100")
 # Left out here only (they pass through the reference and the per-op template paths).
@@ -22,12 +18,4 @@ PIPELINE_EXCLUDED = {
 }
 PipelineBackend = make_backend(lambda graph, feeds: execute(plan(graph, H100, limit=1), feeds), "GirPipelineBackend")
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    backend_test = onnx.backend.test.BackendTest(PipelineBackend, __name__)
-for pattern in INCLUDE.values():
-    backend_test.include(rf"^test_(?:{pattern})_cpu$")
-for pattern in (*EXCLUDED, *PIPELINE_EXCLUDED):
-    backend_test.exclude(pattern)
-
-globals().update(drop_unrelated(backend_test))
+globals().update(node_tests(PipelineBackend, __name__, PIPELINE_EXCLUDED))

@@ -3,24 +3,12 @@ but every memory-intensive basic operator runs as a GIR-Graph (its first templat
 in the reference interpreter; matmul and conv go to numpy as the library would."""
 from __future__ import annotations
 
-import warnings
-
-import onnx.backend.test
-
 from gir.ir import get_target
 from gir.templates.execute import run_with_templates
 from onnx_backend import make_backend
-from test_onnx_backend_nodes import EXCLUDED, INCLUDE, drop_unrelated
+from test_onnx_backend_nodes import node_tests
 
 H100 = get_target("h100")
 TemplatesBackend = make_backend(lambda graph, feeds: run_with_templates(graph, feeds, H100), "GirTemplatesBackend")
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    backend_test = onnx.backend.test.BackendTest(TemplatesBackend, __name__)
-for pattern in INCLUDE.values():
-    backend_test.include(rf"^test_(?:{pattern})_cpu$")
-for pattern in EXCLUDED:
-    backend_test.exclude(pattern)
-
-globals().update(drop_unrelated(backend_test))
+globals().update(node_tests(TemplatesBackend, __name__))

@@ -10,10 +10,8 @@ from .graph import GIRGraph
 from .target import DRAM
 
 
-def level_bytes(graph: GIRGraph, level: str = DRAM) -> dict[str, int]:
-    """Bytes read and written at `level`, summed over units (every access counts)."""
-    env = graph.prim.env()
-    totals = {"read": 0, "write": 0}
+def accesses(graph: GIRGraph, level: str):
+    """(op, "read" or "write", slice, buffer) for every slice at `level`, in program order."""
     for _, op in graph.ops():
         if isinstance(op, Sync):
             continue
@@ -21,8 +19,16 @@ def level_bytes(graph: GIRGraph, level: str = DRAM) -> dict[str, int]:
             for s in slices:
                 buf = graph.buffers[s.buffer]
                 if buf.level == level:
-                    count = s.size * graph.prim.num_units if not s.is_masked else int(s.valid(env).sum())
-                    totals[key] += count * itemsize(buf.dtype)
+                    yield op, key, s, buf
+
+
+def level_bytes(graph: GIRGraph, level: str = DRAM) -> dict[str, int]:
+    """Bytes read and written at `level`, summed over units (every access counts)."""
+    env = graph.prim.env()
+    totals = {"read": 0, "write": 0}
+    for _, key, s, buf in accesses(graph, level):
+        count = s.size * graph.prim.num_units if not s.is_masked else int(s.valid(env).sum())
+        totals[key] += count * itemsize(buf.dtype)
     return totals
 
 
@@ -33,18 +39,11 @@ def dram_footprint(graph: GIRGraph) -> dict[str, int]:
     env = graph.prim.env()
     seen: dict[tuple[str, str], list] = {}
     out = {"read": 0, "write": 0}
-    for _, op in graph.ops():
-        if isinstance(op, Sync):
+    for op, key, s, buf in accesses(graph, DRAM):
+        if isinstance(op, Gather) and s is op.src:
+            out[key] += int(op.dst.valid(env).sum()) * itemsize(buf.dtype)
             continue
-        for key, slices in (("read", op.reads()), ("write", op.writes())):
-            for s in slices:
-                buf = graph.buffers[s.buffer]
-                if buf.level != DRAM:
-                    continue
-                if isinstance(op, Gather) and s is op.src:
-                    out[key] += int(op.dst.valid(env).sum()) * itemsize(buf.dtype)
-                    continue
-                seen.setdefault((key, s.buffer), []).append(s.addresses(env)[s.valid(env)])
+        seen.setdefault((key, s.buffer), []).append(s.addresses(env)[s.valid(env)])
     for (key, name), chunks in seen.items():
         out[key] += len(np.unique(np.concatenate(chunks))) * itemsize(graph.buffers[name].dtype)
     return out
