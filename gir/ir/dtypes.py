@@ -25,14 +25,6 @@ def np_dtype(name: str) -> np.dtype:
         raise DTypeError(f"unsupported dtype {name!r}; GIR supports {', '.join(DTYPES)}") from None
 
 
-def dtype_name(dtype) -> str:
-    """Canonical GIR name for a numpy dtype (or a name already)."""
-    dt = np.dtype(dtype)
-    for name, value in DTYPES.items():
-        if value == dt:
-            return name
-    raise DTypeError(f"unsupported dtype {dt}; GIR supports {', '.join(DTYPES)}")
-
 
 def itemsize(name: str) -> int:
     return np_dtype(name).itemsize

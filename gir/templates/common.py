@@ -2,9 +2,8 @@
 an op, and the box tiling that maps units onto the output of a pointwise-shaped op."""
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
-from math import ceil, prod
+from math import ceil
 
 from gir.frontend.basic import BasicOp, Tensor, contiguous_strides
 from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice, W, block_coord, validate
@@ -35,10 +34,6 @@ def admit(cands: list, rejected: list, op_name: str, structure: str, params: dic
         return
     cands.append(Candidate(op_name, structure, params, g))
 
-
-def param_grid(**choices) -> list[dict]:
-    keys = list(choices)
-    return [dict(zip(keys, values)) for values in itertools.product(*(choices[k] for k in keys))]
 
 
 def coalesce(shape: tuple[int, ...], *stride_sets: tuple[int, ...]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
@@ -195,6 +190,3 @@ def store(g: GIRGraph, src: Slice, dst: Slice, vec: int = 1) -> None:
 def _contiguous(shape) -> tuple[int, ...]:
     return contiguous_strides(shape)
 
-
-def flat_size(shape) -> int:
-    return prod(shape) if shape else 1
