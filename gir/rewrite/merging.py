@@ -15,7 +15,7 @@ import numpy as np
 from gir.ir import DRAM, LANE, REGISTER, SHARED, Elementwise, Move, Slice, Sync, required_scope
 from gir.ir.expr import Call, Input, substitute
 
-from .query import position, readers, retarget, slices_of, syncs, whole, writers
+from .query import position, readers, redirect, slices_of, syncs, whole, writers
 
 
 # -- read after write -------------------------------------------------------------------------
@@ -107,10 +107,7 @@ def apply_copy(g, node: int) -> str | None:
     producer = g.op(writers(g, m.src.buffer)[0])
     if (producer.vec, producer.uniform) != (m.vec, m.uniform) and not producer.uniform:
         return None
-    for n in readers(g, m.dst.buffer) + syncs(g, m.dst.buffer):
-        g.replace(n, retarget(g.op(n), m.dst.buffer, m.src.buffer))
-    g.remove(node)
-    del g.buffers[m.dst.buffer]
+    redirect(g, node, m.dst.buffer, m.src.buffer)
     return f"#{node} copy {m.src.buffer} -> {m.dst.buffer} removed; readers use {m.src.buffer}"
 
 
@@ -136,10 +133,7 @@ def apply_rar(g, pair: tuple[int, int]) -> str | None:
     between = [n for n in writers(g, a.src.buffer) if position(g, first) < position(g, n) < position(g, second)]
     if between or writers(g, a.dst.buffer) != [first]:
         return None
-    for n in readers(g, b.dst.buffer) + syncs(g, b.dst.buffer):
-        g.replace(n, retarget(g.op(n), b.dst.buffer, a.dst.buffer))
-    g.remove(second)
-    del g.buffers[b.dst.buffer]
+    redirect(g, second, b.dst.buffer, a.dst.buffer)
     return f"#{second} loads {b.src} again: uses #{first}'s {a.dst.buffer}"
 
 

@@ -46,3 +46,11 @@ def whole(g: GIRGraph, s: Slice) -> bool:
 
 def position(g: GIRGraph, node: int) -> float:
     return g.graph.nodes[node]["order"]
+
+
+def redirect(g, node: int, old: str, new: str) -> None:
+    """Remove `node` (the only writer of `old`) and let every reader and sync of `old` use `new`."""
+    for n in readers(g, old) + syncs(g, old):
+        g.replace(n, retarget(g.op(n), old, new))
+    g.remove(node)
+    del g.buffers[old]

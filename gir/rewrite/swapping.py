@@ -96,21 +96,29 @@ def _inputs_like_output(g, e: Elementwise) -> bool:
     return all(g.buffers[s.buffer].level == REGISTER and s.size == e.out.size for s in e.inputs)
 
 
+def _carry_inputs(g, node: int, e: Elementwise, anchor: int, out: Slice, carry) -> None:
+    """The data movement at `anchor` (writing `out`) carries each input of Elementwise `node`
+    into a new register buffer (`carry(input, new slice)` builds it); the Elementwise then
+    replaces the anchor, computing `out` from the carried inputs."""
+    anchor_op = g.op(anchor)
+    carried = []
+    for i, s in enumerate(e.inputs):
+        name = f"{out.buffer}.in{i}"
+        g.buffer(name, REGISTER, g.buffers[out.buffer].size, g.buffers[s.buffer].dtype)
+        dst = Slice(name, out.offset, out.shape, out.strides, out.limits, out.starts)
+        g.insert_before(anchor, carry(s, dst))
+        carried.append(dst)
+    g.replace(anchor, Elementwise(expr=e.expr, inputs=tuple(carried), out=out, compute_dtype=e.compute_dtype,
+                                  vec=anchor_op.vec, uniform=anchor_op.uniform))
+    g.remove(node)
+    del g.buffers[e.out.buffer]
+
+
 def _past_move(g, node, e: Elementwise, mnode: int, m: Move) -> str | None:
     if not m.src.same_pattern(e.out) or not _inputs_like_output(g, e) or m.src.is_masked:
         return None
-    moved = []
-    for i, s in enumerate(e.inputs):
-        name = f"{m.dst.buffer}.in{i}"
-        g.buffer(name, REGISTER, g.buffers[m.dst.buffer].size, g.buffers[s.buffer].dtype)
-        dst = Slice(name, m.dst.offset, m.dst.shape, m.dst.strides, m.dst.limits, m.dst.starts)
-        g.insert_before(mnode, Move(src=Slice(s.buffer, s.offset, m.src.shape, m.src.strides), dst=dst, vec=m.vec,
-                                    uniform=m.uniform))
-        moved.append(dst)
-    g.replace(mnode, Elementwise(expr=e.expr, inputs=tuple(moved), out=m.dst, compute_dtype=e.compute_dtype,
-                                 vec=m.vec, uniform=m.uniform))
-    g.remove(node)
-    del g.buffers[e.out.buffer]
+    _carry_inputs(g, node, e, mnode, m.dst, lambda s, dst: Move(
+        src=Slice(s.buffer, s.offset, m.src.shape, m.src.strides), dst=dst, vec=m.vec, uniform=m.uniform))
     return f"#{node} {e.expr} moved after Move #{mnode}"
 
 
@@ -135,15 +143,6 @@ def _past_broadcast(g, node, e: Elementwise, bnode: int, b: Broadcast) -> str | 
         return None  # only worth it when a merge with the reader follows
     if syncs(g, e.out.buffer):
         return None
-    spread = []
-    for i, s in enumerate(e.inputs):
-        name = f"{b.dst.buffer}.in{i}"
-        g.buffer(name, REGISTER, b.dst.size, g.buffers[s.buffer].dtype)
-        dst = Slice(name, 0, b.dst.shape, b.dst.strides)
-        g.insert_before(bnode, Broadcast(src=s, dst=dst, mode=b.mode, vec=b.vec, uniform=b.uniform))
-        spread.append(dst)
-    g.replace(bnode, Elementwise(expr=e.expr, inputs=tuple(spread), out=b.dst, compute_dtype=e.compute_dtype,
-                                 vec=b.vec, uniform=b.uniform))
-    g.remove(node)
-    del g.buffers[e.out.buffer]
+    _carry_inputs(g, node, e, bnode, b.dst, lambda s, dst: Broadcast(src=s, dst=dst, mode=b.mode, vec=b.vec,
+                                                                      uniform=b.uniform))
     return f"#{node} {e.expr} moved after Broadcast #{bnode}"

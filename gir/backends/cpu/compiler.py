@@ -7,26 +7,23 @@ compiler version, flags and source under the system temp dir, so tests rebuild n
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..errors import CompileError, ToolchainMissingError
+from ..errors import ToolchainMissingError
+from ..native_cache import cached_library
 from ..kernels import CompiledGraph, allocate_dram, collect_outputs, emit_graph
 from .emitter import CpuEmitter
 
 CC = os.environ.get("CC", "cc")
 FLAGS = ("-O2", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-_lock = threading.Lock()
-_libs: dict[str, ctypes.CDLL] = {}
 
 
 def cache_dir() -> Path:
@@ -44,22 +41,8 @@ def _compiler_id() -> str:
 
 def build(source: str, name: str = "gir") -> ctypes.CDLL:
     """Compile (or fetch from the cache) and load a library of emitted kernels."""
-    key = hashlib.sha256(f"{_compiler_id()}\0{' '.join(FLAGS)}\0{source}".encode()).hexdigest()[:32]
-    with _lock:
-        if key in _libs:
-            return _libs[key]
-        out = cache_dir() / f"{key}.so"
-        if not out.exists():
-            src = cache_dir() / f"{key}.{os.getpid()}.c"
-            src.write_text(source)
-            tmp = out.with_suffix(f".{os.getpid()}.tmp")
-            proc = subprocess.run([CC, *FLAGS, str(src), "-o", str(tmp), "-lm"], capture_output=True, text=True)
-            src.unlink()
-            if proc.returncode:
-                raise CompileError(f"C source of {name!r}", f"the CPU ({CC})", proc.stderr)
-            os.replace(tmp, out)  # atomic: a concurrent process never loads a partial file
-        _libs[key] = ctypes.CDLL(str(out))
-        return _libs[key]
+    return cached_library(cache_dir(), _compiler_id(), CC, list(FLAGS), source, ".c",
+                          f"C source of {name!r}", f"the CPU ({CC})", libraries=("-lm",))
 
 
 def compile(graph, target=None) -> CompiledGraph:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CompileError
+from ..native_cache import cached_library
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "gpu_on_cpu.h"
@@ -87,27 +87,14 @@ def build(source: str, kernel_name: str, dialect: str = "cuda") -> ctypes.CDLL:
         raise ValueError(f"not a kernel name: {kernel_name!r}")
     tu = _translation_unit(source, kernel_name, dialect)
     flags = [*FLAGS, f"-DGPUCPU_WARP_SIZE={WARP[dialect]}", f"-I{INCLUDE}", "-include", str(HEADER)]
-    key = hashlib.sha256(f"{_toolchain_id()}\0{dialect}\0{tu}".encode()).hexdigest()[:32]
-    with _lock:
-        if key in _libs:
-            return _libs[key]
-        out = cache_dir() / f"{key}.so"
-        if not out.exists():
-            src = cache_dir() / f"{key}.{os.getpid()}.cpp"
-            src.write_text(tu)
-            tmp = out.with_suffix(f".{os.getpid()}.tmp")
-            proc = subprocess.run([CXX, *flags, str(src), "-o", str(tmp)], capture_output=True, text=True)
-            src.unlink()
-            if proc.returncode:
-                raise CompileError(f"kernel {kernel_name!r} ({dialect} source, CPU harness)", "the CPU (g++)",
-                                   proc.stderr)
-            os.replace(tmp, out)  # atomic: concurrent test processes never load a partial file
-        lib = ctypes.CDLL(str(out))
-        lib.gpucpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong]
-        lib.gpucpu_error.restype = ctypes.c_char_p
-        lib.lock = threading.Lock()  # the launch state in the library is global
-        _libs[key] = lib
-        return lib
+    return cached_library(cache_dir(), f"{_toolchain_id()}\0{dialect}", CXX, flags, tu, ".cpp",
+                          f"kernel {kernel_name!r} ({dialect} source, CPU harness)", "the CPU (g++)", _bind)
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    lib.gpucpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong]
+    lib.gpucpu_error.restype = ctypes.c_char_p
+    lib.lock = threading.Lock()  # the launch state in the library is global
 
 
 def _signature(lib) -> list[tuple[int, int]]:
