@@ -236,8 +236,8 @@ def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
     padded, strides = Box.pad(dims, [s for p in pieces for s in (p[3], p[5])])
     label = "+".join(sorted({p[0] for p in pieces}))
     cands = []
-    for structure, rows, chunk, upb in box_choices(padded, target):
-        box = Box(padded, rows, chunk, upb)
+    for structure, rows, chunk, upb, whole in box_choices(padded, target):
+        box = Box(padded, rows, chunk, upb, whole)
         g = GIRGraph(f"copy:{label}:{structure}", box.prim(), target)
         for name in dict.fromkeys([p[1] for p in pieces]):
             t = graph.tensors[name]
@@ -249,6 +249,6 @@ def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
             sstr, dstr = strides[2 * i], strides[2 * i + 1]
             reg = load(g, box.slice(source, src_off, sstr), f"piece{i}", box.size, graph.tensors[source].dtype)
             g.add(Move(src=reg, dst=box.slice(name, dst_off, dstr)))
-        params = {"rows": rows, "chunk": chunk, "units_per_block": upb}
+        params = {"rows": rows, "chunk": chunk, "units_per_block": upb} | ({"whole": whole} if whole else {})
         admit(cands, rejected, label, structure, params, g)
     return cands

@@ -4,11 +4,14 @@ composed strides instead of a materialised copy. This is what keeps a lowered ma
 product or depthwise convolution from writing its expanded operands to DRAM."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gir.frontend.basic import BasicGraph, BasicOp, contiguous_strides
 from gir.templates import Candidates, candidates, elementwise, reduce
 from gir.templates.common import broadcast_strides
 
 from .compose import Composition, reindex
+from .padfold import ConstantPad, constant_pad, fold_pad
 
 
 def view_of(comp: Composition, tensor: str, shape: tuple, strides: tuple):
@@ -54,10 +57,12 @@ def folded(op: BasicOp, graph: BasicGraph, comp: Composition, target) -> tuple[C
 
 
 def provider(graph: BasicGraph, comp: Composition, target):
-    """candidates(op) for the planner: folded where possible, the op's own templates else.
-    Also returns the tensors that folding made unnecessary to write."""
+    """candidates(op) for the planner: folded where possible, the op's own templates else, and
+    reading through constant pads where every candidate can (padfold). Also returns the
+    tensors that folding made unnecessary to write."""
     cache: dict[str, Candidates] = {}
     unread: dict[str, set] = {}
+    pads = {p.output: p for p in (constant_pad(op, graph.tensors) for op in graph.ops) if p}
 
     def get(op: BasicOp) -> Candidates:
         if op.name not in cache:
@@ -66,5 +71,21 @@ def provider(graph: BasicGraph, comp: Composition, target):
                 cache[op.name], unread[op.name] = found
             else:
                 cache[op.name] = candidates(op, graph.tensors, target)
+            for name in {b for c in cache[op.name].candidates for b in c.graph.buffers if b in pads}:
+                if _through(cache[op.name], pads[name]):
+                    unread.setdefault(op.name, set()).add(name)
         return cache[op.name]
     return get, unread
+
+
+def _through(cands: Candidates, pad: ConstantPad) -> bool:
+    """Make the candidates read the pad's source where they can; True when all now do (the
+    ones that cannot are dropped when others can)."""
+    kept = []
+    for c in cands.candidates:
+        g = fold_pad(c.graph, pad) if pad.output in c.graph.buffers else c.graph
+        if g is not None:
+            kept.append(replace(c, graph=g))
+    if kept:
+        cands.candidates = kept
+    return bool(kept)

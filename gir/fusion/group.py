@@ -7,7 +7,7 @@ performance model instead; this is the exhaustive inner step it calls per group.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gir.frontend.basic import BasicGraph, BasicOp
 from gir.ir import DEVICE, GIRGraph, Sync
@@ -17,6 +17,7 @@ from gir.rewrite import Step, optimize
 from gir.templates import Candidate, candidates
 
 from .merge import merge_graphs
+from .regrid import common_refinement, family, regrid
 
 
 class FusionError(ValueError):
@@ -46,16 +47,32 @@ def escaping_tensors(graph: BasicGraph, ops: list[BasicOp]) -> set[str]:
 
 
 def common_structures(per_op: list[list[Candidate]]) -> list[list[Candidate]]:
-    """For each parallel primitive every operator offers, the first such candidate per op."""
-    prims = None
+    """For each parallel primitive every operator offers (up to the layout of its grid, see
+    regrid), the first such candidate per op, re-expressed over one common grid."""
+    return [[_on_grid(c, grid) for c in chosen] for chosen, grid in aligned(per_op)]
+
+
+def aligned(per_op: list[list[Candidate]]) -> list[tuple[list[Candidate], tuple]]:
+    """(first candidate per op of one primitive family, their common grid), per family."""
+    families = None
     for cands in per_op:
-        offered = {c.graph.prim for c in cands}
-        prims = offered if prims is None else prims & offered
-    choices = []
+        offered = {family(c.graph.prim) for c in cands}
+        families = offered if families is None else families & offered
+    out, seen = [], set()
     for c0 in per_op[0]:
-        if c0.graph.prim in prims and all(c.graph.prim != c0.graph.prim for c in (ch[0] for ch in choices)):
-            choices.append([next(c for c in cands if c.graph.prim == c0.graph.prim) for cands in per_op])
-    return choices
+        key = family(c0.graph.prim)
+        if key not in families or key in seen:
+            continue
+        seen.add(key)
+        chosen = [next(c for c in cands if family(c.graph.prim) == key) for cands in per_op]
+        grid = common_refinement([c.graph.prim.grid for c in chosen])
+        if grid is not None:
+            out.append((chosen, grid))
+    return out
+
+
+def _on_grid(cand: Candidate, grid) -> Candidate:
+    return replace(cand, graph=regrid(cand.graph, grid))
 
 
 def fuse(graph: BasicGraph, ops: list[BasicOp], target: Target, limit: int = 8) -> Fused:

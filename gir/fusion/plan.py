@@ -25,7 +25,7 @@ from gir.templates import shape_only
 
 from .compose import compose, copy_candidates
 from .fold import provider
-from .group import common_structures
+from .group import aligned, common_structures
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
 from .perf import Estimate, estimate
@@ -55,11 +55,15 @@ class Kernel:
 
 @dataclass
 class Subgraph:
+    """DRAM bytes of three plans. `gir_bytes` counts each distinct element a kernel touches
+    once (re-reads of a broadcast operand or of overlapping windows assumed served by L2);
+    `gir_access_bytes` counts every access."""
     ops: list[BasicOp]
     kernels: list[Kernel]
     unfused_bytes: int
     gir_bytes: int
     bound_bytes: int
+    gir_access_bytes: int = 0
 
 
 @dataclass
@@ -81,14 +85,15 @@ def _nbytes(graph: BasicGraph, names) -> int:
     return sum(graph.tensors[n].size * itemsize(graph.tensors[n].dtype) for n in names)
 
 
-def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None) -> Plan:
+def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache=None) -> Plan:
     """`limit`: parallel structures tried per group (deterministic order). `progress(i, n, text)`
-    is called once per subgraph."""
+    is called once per subgraph. `cache`: a mapping from a group's structure key to its searched
+    and rewritten kernel; a persistent one makes a second compile skip the search."""
     start = time.perf_counter()
     part = partition(_fold_shape_only(graph), target)
     g = part.graph
     result = Plan(g, target, part, [])
-    cache: dict = {}
+    cache = {} if cache is None else cache
     for i, ops in enumerate(part.subgraphs):
         if progress:
             progress(i, len(part.subgraphs), ", ".join(op.name for op in ops[:3]) + (" ..." if len(ops) > 3 else ""))
@@ -124,51 +129,79 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     still_read = {t for op in g.ops if id(op) not in absorbed for t in op.inputs
                   if t not in unread.get(op.name, set())} | set(g.outputs)
     comp.written = [t for t in comp.written if t in still_read]
+    views = {id(op) for op in comp.absorbed if op.kind == "view"}  # pure aliases: not readers
     kernels = []
     for cands in copy_candidates(g, comp, target, []):
         kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None))
-    for group in _groups(g, rest, cands_for, aliases):
-        kernels.append(_fuse_group(g, group, target, limit, cache, aliases, cands_for))
+    copies = {b for k in kernels for b in k.graph.buffers}
+    rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies)]
+    for group in _groups(g, rest, ops, cands_for, aliases):
+        kernels.append(_fuse_group(g, group, target, limit, cache, aliases, cands_for, views))
     produced = {t for op in ops for t in op.outputs}
     external = {aliases.get(t, t) for op in ops for t in op.inputs if t not in produced}
     escaping = _escaping(g, ops)
     unfused = sum(_nbytes(g, set(op.inputs) | set(op.outputs)) for op in ops if op.kind != "view")
-    gir = sum(sum(level_bytes(k.graph).values()) for k in kernels)
-    return Subgraph(ops, kernels, unfused, gir, _nbytes(g, external | escaping))
+    gir = sum(k.estimate.dram_bytes for k in kernels)
+    accessed = sum(sum(level_bytes(k.graph).values()) for k in kernels)
+    return Subgraph(ops, kernels, unfused, gir, _nbytes(g, external | escaping), accessed)
 
 
-def _escaping(g: BasicGraph, ops: list[BasicOp]) -> set[str]:
-    inside = {id(op) for op in ops}
+def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies) -> bool:
+    """A pad every reader now reads through (padfold): nothing needs its output."""
+    out = op.outputs[0]
+    if op.kind != "pad" or out in _escaping(g, ops) or out in copies:
+        return False
+    return not any(out in c.graph.buffers for r in rest if r is not op for c in cands_for(r).candidates)
+
+
+def _escaping(g: BasicGraph, ops: list[BasicOp], aliases=None, absorbed=frozenset()) -> set[str]:
+    """Tensors `ops` produce that the model returns or another op reads. With `aliases`, a read
+    through a view (an absorbed op, storage shared) counts as a read of the storage."""
+    aliases = aliases or {}
+    inside = {id(op) for op in ops} | set(absorbed)
     produced = {t for op in ops for t in op.outputs}
-    used = {t for op in g.ops if id(op) not in inside for t in op.inputs}
-    return {t for t in produced if t in used or t in g.outputs}
+    used = {aliases.get(t, t) for op in g.ops if id(op) not in inside for t in op.inputs}
+    used |= {aliases.get(t, t) for t in g.outputs}
+    return {t for t in produced if t in used or aliases.get(t, t) in used}
 
 
-def _groups(g: BasicGraph, ops: list[BasicOp], cands_for, aliases) -> list[list[BasicOp]]:
+def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_for, aliases) -> list[list[BasicOp]]:
     """Greedy, in program order: an op joins the current group when it reads something the
-    group produced and every op of the group still shares a parallel primitive with it."""
-    groups, current, prims = [], [], None
+    group produced, every op of the group still shares a parallel primitive with it, and no
+    path from the group reaches it through an op outside the group (the kernel would then
+    both feed and wait for that op)."""
+    dag = nx.DiGraph()  # views that share storage (aliases) are no hop: their readers read the storage
+    producer = {aliases.get(t, t): op.name for op in subgraph for t in op.outputs if t not in aliases}
+    for op in subgraph:
+        dag.add_node(op.name)
+        dag.add_edges_from((producer[aliases.get(t, t)], op.name) for t in op.inputs if aliases.get(t, t) in producer)
+    groups, current = [], []
     produced: set[str] = set()
     for op in ops:
-        offered = {c.graph.prim for c in cands_for(op).candidates}
-        joins = current and any(aliases.get(t, t) in produced for t in op.inputs) and prims & offered
+        joins = current and any(aliases.get(t, t) in produced for t in op.inputs) and \
+            not _reenters(dag, {o.name for o in current}, op.name) and \
+            aligned([cands_for(o).candidates for o in (*current, op)])
         if joins:
             current.append(op)
-            prims &= offered
         else:
             if current:
                 groups.append(current)
-            current, prims = [op], offered
+            current = [op]
         produced |= set(op.outputs)
     if current:
         groups.append(current)
     return groups
 
 
-def _fuse_group(g, ops, target, limit, cache, aliases, cands_for) -> Kernel:
+def _reenters(dag: nx.DiGraph, group: set[str], name: str) -> bool:
+    outside = [p for p in dag.predecessors(name) if p not in group]
+    return any(group & nx.ancestors(dag, p) for p in outside)
+
+
+def _fuse_group(g, ops, target, limit, cache, aliases, cands_for, views) -> Kernel:
     per_op = [[_aliased(c, aliases) for c in cands_for(op).candidates] for op in ops]
     choices = common_structures(per_op)
-    escaping = _escaping(g, ops)
+    escaping = _escaping(g, ops, aliases, views)
     name = "+".join(op.name for op in ops)
     key, names = _structure_key(g, merge_graphs(name, [c.graph for c in choices[0]], escaping))
     if key in cache:

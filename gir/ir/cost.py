@@ -27,8 +27,7 @@ def level_bytes(graph: GIRGraph, level: str = DRAM) -> dict[str, int]:
     env = graph.prim.env()
     totals = {"read": 0, "write": 0}
     for _, key, s, buf in accesses(graph, level):
-        count = s.size * graph.prim.num_units if not s.is_masked else int(s.valid(env).sum())
-        totals[key] += count * itemsize(buf.dtype)
+        totals[key] += s.valid_count(env) * itemsize(buf.dtype)
     return totals
 
 
@@ -37,15 +36,16 @@ def dram_footprint(graph: GIRGraph) -> dict[str, int]:
     one element (a broadcast bias, say) hit in cache. A Gather's data-dependent reads count
     once per gathered element (no data here to tell repeated indices apart)."""
     env = graph.prim.env()
-    seen: dict[tuple[str, str], list] = {}
+    touched: dict[tuple[str, str], np.ndarray] = {}
     out = {"read": 0, "write": 0}
     for op, key, s, buf in accesses(graph, DRAM):
         if isinstance(op, Gather) and s is op.src:
-            out[key] += int(op.dst.valid(env).sum()) * itemsize(buf.dtype)
+            out[key] += op.dst.valid_count(env) * itemsize(buf.dtype)
             continue
-        seen.setdefault((key, s.buffer), []).append(s.addresses(env)[s.valid(env)])
-    for (key, name), chunks in seen.items():
-        out[key] += len(np.unique(np.concatenate(chunks))) * itemsize(graph.buffers[name].dtype)
+        bitmap = touched.setdefault((key, s.buffer), np.zeros(buf.size, bool))
+        bitmap[s.addresses(env)[s.valid(env)] if s.is_masked else s.addresses(env)] = True
+    for (key, name), bitmap in touched.items():
+        out[key] += int(np.count_nonzero(bitmap)) * itemsize(graph.buffers[name].dtype)
     return out
 
 

@@ -106,6 +106,41 @@ class Slice:
         idx = np.indices(self.shape, dtype=np.int64).reshape(len(self.shape), -1)
         return (idx * np.array(self.strides, dtype=np.int64)[:, None]).sum(axis=0)
 
+    def valid_box(self, env: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Per unit and dimension, the first and last valid index: (units, rank) arrays. The
+        mask is a product of per-dimension conditions, so each unit's valid elements form this
+        box (empty where last < first): bounds and counts follow without listing elements."""
+        units = env["u"].shape[0]
+        first = np.zeros((units, len(self.shape)), np.int64)
+        last = np.broadcast_to(np.array(self.shape, np.int64) - 1, (units, len(self.shape))).copy()
+        for d, b in enumerate(self.limits):
+            if b is not None:
+                np.minimum(last[:, d], np.asarray(b.eval(env), np.int64) - 1, out=last[:, d])
+        for d, b in enumerate(self.starts):
+            if b is not None:
+                np.maximum(first[:, d], np.asarray(b.eval(env), np.int64), out=first[:, d])
+        return first, last
+
+    def valid_count(self, env: dict) -> int:
+        """Valid elements over all units."""
+        if not self.is_masked:
+            return self.size * env["u"].shape[0]
+        first, last = self.valid_box(env)
+        return int(np.clip(last - first + 1, 0, None).prod(axis=1).sum())
+
+    def address_range(self, env: dict) -> tuple[int, int] | None:
+        """(lowest, highest) valid address over all units, None when nothing is valid."""
+        first, last = self.valid_box(env)
+        live = (last >= first).all(axis=1)
+        if not live.any():
+            return None
+        strides = np.array(self.strides, np.int64)
+        base = np.broadcast_to(np.asarray(self.offset.eval(env), np.int64), live.shape)[live]
+        lo_idx, hi_idx = first[live], last[live]
+        low = base + np.where(strides >= 0, lo_idx, hi_idx) @ strides
+        high = base + np.where(strides >= 0, hi_idx, lo_idx) @ strides
+        return int(low.min()), int(high.max())
+
     def addresses(self, env: dict) -> np.ndarray:
         """(units, size) element addresses for every unit."""
         return _cached(self, env, "addresses")

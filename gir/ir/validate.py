@@ -69,6 +69,9 @@ def _out_of_bounds(s, size: int, prim) -> tuple[int, int] | None:
         if lo + int(s.pattern.min()) >= 0 and hi + int(s.pattern.max()) < size:
             return None
     env = prim.env()
+    extent = s.address_range(env)
+    if extent is None or (extent[0] >= 0 and extent[1] < size):
+        return None
     addrs, valid = s.addresses(env), s.valid(env)
     oob = valid & ((addrs < 0) | (addrs >= size))
     if not oob.any():
@@ -77,9 +80,16 @@ def _out_of_bounds(s, size: int, prim) -> tuple[int, int] | None:
     return u, int(addrs[u, e])
 
 
-def validate(graph: GIRGraph) -> None:
+def validate(graph: GIRGraph, bounds: bool = True) -> None:
+    """Raise GraphError listing every problem. `bounds=False` skips the address-range check,
+    the one check whose cost grows with the number of units: template admission uses it, since
+    a candidate's bounds are checked where it is used (the rewrite driver validates its input)."""
     problems: list[str] = []
     tgt, prim = graph.target, graph.prim
+    undeclared = sorted({s.buffer for _, op in graph.ops() for s in ([op.slice] if isinstance(op, Sync) else
+                         [*op.reads(), *op.writes()]) if s.buffer not in graph.buffers})
+    if undeclared:
+        raise GraphError(f"{graph.name}: invalid GIR-Graph:\n  uses undeclared buffers {undeclared}")
     if not nx.is_directed_acyclic_graph(graph.graph):
         problems.append("the dataflow graph has a cycle")
     if prim.units_per_block > tgt.max_units_per_block:
@@ -92,7 +102,7 @@ def validate(graph: GIRGraph) -> None:
             if not tgt.has_level(buf.level):
                 problems.append(f"{where}: {tgt.name} has no {buf.level} memory ({s.buffer})")
                 continue
-            bad = _out_of_bounds(s, buf.size, prim)
+            bad = _out_of_bounds(s, buf.size, prim) if bounds else None
             if bad is not None:
                 problems.append(f"{where}: {s} reaches address {bad[1]} outside {s.buffer}[0:{buf.size}] at unit {bad[0]}")
         if not isinstance(op, Sync):

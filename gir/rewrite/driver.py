@@ -42,6 +42,8 @@ def _dram(g: GIRGraph) -> int:
 
 
 def optimize(graph: GIRGraph, max_steps: int = 10_000) -> tuple[GIRGraph, list[Step]]:
+    """Rewrite to a fixed point; the input must itself be valid (GraphError otherwise)."""
+    validate(graph)
     g, log = graph.copy(), []
     dram = _dram(g)
     dropped = tidy(g)

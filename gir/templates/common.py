@@ -3,7 +3,7 @@ an op, and the box tiling that maps units onto the output of a pointwise-shaped 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil
+from math import ceil, prod
 
 from gir.frontend.basic import BasicOp, Tensor, contiguous_strides
 from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice, W, block_coord, validate
@@ -28,7 +28,7 @@ class Candidate:
 def admit(cands: list, rejected: list, op_name: str, structure: str, params: dict, g: GIRGraph) -> None:
     """Keep a built graph as a candidate if the target can hold it, else record why not."""
     try:
-        validate(g)
+        validate(g, bounds=False)
     except GraphError as err:
         rejected.append((structure, params, str(err).splitlines()[-1].strip()))
         return
@@ -97,12 +97,15 @@ def new_graph(op: BasicOp, tensors: dict[str, Tensor], target: Target, prim: Par
 @dataclass(frozen=True)
 class Box:
     """How units cover a pointwise output of shape `dims` (rank >= 2 after padding): each unit
-    takes `rows` x `chunk` of the last two dimensions; the other dimensions are grid axes.
-    Units of a block go along the last dimension while it is split, else along the rows."""
+    takes `rows` x `chunk` of the last two dimensions, and all of the `whole` dimensions before
+    them (a conv window's channels: the group a reduction over those axes reads); the other
+    dimensions are grid axes. Units of a block go along the last dimension while it is split,
+    else along the rows."""
     dims: tuple[int, ...]
     rows: int
     chunk: int
     units_per_block: int
+    whole: int = 0
 
     @staticmethod
     def pad(dims: tuple[int, ...], strides: list[tuple[int, ...]]):
@@ -119,8 +122,17 @@ class Box:
         """The units of one block cover whole rows between them (no grid axis along the row)."""
         return self.split_last and self.chunk * self.units_per_block >= self.dims[-1]
 
+    @property
+    def _grid_dims(self) -> int:
+        return len(self.dims) - 2 - self.whole
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One unit's slice."""
+        return (*self.dims[self._grid_dims:-2], self.rows, self.chunk)
+
     def prim(self) -> ParallelPrimitive:
-        outer = self.dims[:-2]
+        outer = self.dims[:self._grid_dims]
         upb = self.units_per_block
         if self.block_per_row:
             grid = (*outer, ceil(self.dims[-2] / self.rows))
@@ -132,7 +144,7 @@ class Box:
 
     def _q(self) -> tuple[Affine, Affine]:
         """Box index of the unit along the rows and along the last dimension."""
-        k = len(self.dims) - 2
+        k = self._grid_dims
         if self.block_per_row:
             return block_coord(k), W
         if self.split_last:
@@ -142,35 +154,46 @@ class Box:
     def slice(self, buffer: str, offset: int, strides: tuple[int, ...]) -> Slice:
         """The box of one operand addressed with its own strides over the output's dims."""
         q_rows, q_last = self._q()
+        k = self._grid_dims
         base = Affine(offset)
-        for d, s in enumerate(strides[:-2]):
+        for d, s in enumerate(strides[:k]):
             base = base + block_coord(d) * s
         base = base + q_rows * (self.rows * strides[-2]) + q_last * (self.chunk * strides[-1])
-        limits = (self.dims[-2] - q_rows * self.rows, self.dims[-1] - q_last * self.chunk)
-        return Slice(buffer, base, (self.rows, self.chunk), (strides[-2], strides[-1]), limits)
+        limits = (*[None] * self.whole, self.dims[-2] - q_rows * self.rows, self.dims[-1] - q_last * self.chunk)
+        return Slice(buffer, base, self.shape, tuple(strides[k:]), limits)
 
     @property
     def size(self) -> int:
-        return self.rows * self.chunk
+        return prod(self.shape)
 
 
-def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, int, int]]:
-    """(structure, rows, chunk, units_per_block) worth trying for a pointwise output: a chunk of
-    the last dimension per unit (1-8 elements per lane), or whole short rows several at a time."""
+def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, int, int, int]]:
+    """(structure, rows, chunk, units_per_block, whole) worth trying for a pointwise output: a
+    chunk of the last dimension per unit (1-8 elements per lane), or whole short rows several
+    at a time."""
     lanes, last = target.lanes_per_unit, dims[-1]
     upbs = [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
     out = []
     # Whole rows first: they tile a row exactly as a unit (or block) reduction of that row does,
     # so a fused group's load slices agree and the rewrites can keep data in registers.
     if last <= 32 * lanes:
-        out += [("row", 1, last, u) for u in upbs]
-    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u) for u in upbs[1:]]
+        out += [("row", 1, last, u, 0) for u in upbs]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs[1:]]
     for elems_per_lane in (1, 2, 4, 8):
         span = lanes * elems_per_lane
-        out += [("chunk", 1, min(span, last), u) for u in upbs]
+        out += [("chunk", 1, min(span, last), u, 0) for u in upbs]
         rows = min(dims[-2], span // last)
         if rows > 1:
-            out += [("rows", rows, last, u) for u in upbs]
+            out += [("rows", rows, last, u, 0) for u in upbs]
+    # Whole trailing windows (channels x kernel rows x kernel columns of a lowered conv): the
+    # group a reduction over several axes reads, so the product feeding it can fuse with it.
+    for whole in range(1, len(dims) - 1):
+        if prod(dims[-2 - whole:]) > 32 * lanes:
+            break
+        out += [("window", dims[-2], last, u, whole) for u in upbs]
+    # One element per unit, last: poor alone (idle lanes), but it is the tiling of a reduction
+    # with one output per unit, so an epilogue (bias, activation) can fuse into it.
+    out += [("element", 1, 1, u, 0) for u in upbs]
     return list(dict.fromkeys(out))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from gir.frontend.basic import contiguous_strides
 from gir.ir import REGISTER, Slice
 
 from .common import admit, Box, Candidate, box_choices, load, new_graph, store
@@ -24,19 +25,19 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
     dims, padded = Box.pad(dims, [out_strides, *[v[2] for v in in_views]])
     out_strides, in_strides = padded[0], padded[1:]
     cands = []
-    for structure, rows, chunk, upb in box_choices(dims, target):
+    for structure, rows, chunk, upb, whole in box_choices(dims, target):
         for vec in vec_choices(chunk, padded, target.lanes_per_unit):
-            box = Box(dims, rows, chunk, upb)
+            box = Box(dims, rows, chunk, upb, whole)
             g = new_graph(op, tensors, target, box.prim(), structure, [v[0] for v in in_views])
             regs = [load(g, box.slice(name, offset, st), f"in{i}", box.size, tensors[name].dtype, vec=vec)
                     for i, ((name, offset, _), st) in enumerate(zip(in_views, in_strides))]
             result = compute(g, regs, box, vec) if compute else regs[0]
             store(g, result, box.slice(out.name, 0, out_strides), vec=vec)
-            params = {"rows": rows, "chunk": chunk, "units_per_block": upb, "vec": vec}
+            params = {"rows": rows, "chunk": chunk, "units_per_block": upb, "vec": vec} | ({"whole": whole} if whole else {})
             admit(cands, rejected, op.name, structure, params, g)
     return cands
 
 
 def register_result(g, box: Box, dtype: str, name: str = "%out") -> Slice:
     g.buffer(name, REGISTER, box.size, dtype)
-    return Slice(name, 0, (box.rows, box.chunk), (box.chunk, 1))
+    return Slice(name, 0, box.shape, contiguous_strides(box.shape))
