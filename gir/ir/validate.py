@@ -11,7 +11,7 @@ from .access import output_lanes
 from .dtypes import accumulator, itemsize
 from .gops import COMPUTE, Broadcast, Elementwise, Move, Reduce, Sync
 from .graph import GIRGraph
-from .target import REGISTER, SCOPE_NAMES, SHARED
+from .target import DEVICE, DRAM, REGISTER, SCOPE_NAMES, SHARED
 
 
 class GraphError(ValueError):
@@ -110,6 +110,7 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
                 if graph.buffers[s.buffer].role in ("input", "const"):
                     problems.append(f"{where}: writes model {graph.buffers[s.buffer].role} {s.buffer!r}")
         problems += [f"{where}: {p}" for p in _op_rules(graph, op)]
+    problems += _across_device_syncs(graph)
     if tgt.has_level(REGISTER):
         regs = register_bytes_per_lane(graph)
         if regs > tgt.register_bytes_per_lane:
@@ -119,6 +120,27 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
         problems.append(f"needs {smem} bytes of shared memory per block, {tgt.name} has {tgt.shared_bytes_per_block}")
     if problems:
         raise GraphError(f"{graph.name}: invalid GIR-Graph:\n  " + "\n  ".join(problems))
+
+
+def _across_device_syncs(graph: GIRGraph) -> list[str]:
+    """A device sync ends a kernel: a later kernel can recompute a register value from DRAM,
+    but not one that came through shared memory (the block that wrote it is gone)."""
+    kernel, written, via_shared, out = 0, {}, set(), []
+    for node, op in graph.ops():
+        if isinstance(op, Sync):
+            kernel += op.scope == DEVICE
+            continue
+        reads = [s.buffer for s in op.reads() if graph.buffers[s.buffer].level != DRAM]
+        for name in reads:
+            if name in via_shared and written.get(name, kernel) != kernel:
+                out.append(f"#{node} {op.kind}: reads {name!r}, computed through shared memory before a device sync")
+        shared = any(graph.buffers[n].level == SHARED or n in via_shared for n in reads)
+        for s in op.writes():
+            if graph.buffers[s.buffer].level != DRAM:
+                written[s.buffer] = kernel
+                if shared or graph.buffers[s.buffer].level == SHARED:
+                    via_shared.add(s.buffer)
+    return out
 
 
 def _op_rules(graph: GIRGraph, op) -> list[str]:
