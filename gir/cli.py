@@ -1,8 +1,9 @@
-"""The `gir` command line: targets, explain, run, compile.
+"""The `gir` command line: targets, explain, run, compile, cache.
 
 Every failure a user can cause (missing or corrupt file, unsupported op, bad target, bad
-inputs, missing toolchain) ends as one line on stderr and a documented exit code:
+inputs, bad usage, missing toolchain) ends as one line on stderr and a documented exit code:
 0 ok, 1 bad input or usage, 2 unsupported model, 3 toolchain missing, 4 internal error.
+Planning, compiling and whole compiles go through the persistent compile cache (gir/cache.py).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +29,8 @@ class CliError(Exception):
 def _target(name: str):
     from gir.ir import get_target
     try:
-        return get_target(name)
+        with _backend_errors():  # a target described by its device ("opencl") needs that toolchain
+            return get_target(name)
     except KeyError as err:
         raise CliError(str(err.args[0])) from None
 
@@ -42,12 +46,35 @@ def _load(path: str):
 
 
 def _plan(args, graph, target):
+    """Plan with the persistent cache of searched kernels (keyed by group structure, target,
+    `--limit` and GIR version)."""
+    from gir.cache import Store, gir_version
     from gir.fusion.plan import plan
 
     def progress(i, n, text):
         if not args.quiet:
             print(f"[{i + 1}/{n}] subgraph: {text}", file=sys.stderr, flush=True)
-    return plan(graph, target, limit=args.limit, progress=progress)
+    store = Store("plan", gir_version(), repr(target), args.limit)
+    result = plan(graph, target, limit=args.limit, progress=progress, cache=store)
+    _verbose(args, f"plan cache: {store.hits} hit(s), {store.misses} miss(es), {store.rebuilt} corrupt entr(ies) rebuilt")
+    return result
+
+
+def _verbose(args, text: str) -> None:
+    if args.verbose and not args.quiet:
+        print(f"[verbose] {text}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _backend_errors():
+    """A missing compiler is exit 3; a kernel a compiler rejects is GIR's fault, exit 4."""
+    from gir.backends.errors import CompileError, ResourceError, ToolchainMissingError
+    try:
+        yield
+    except ToolchainMissingError as err:
+        raise CliError(str(err).splitlines()[0], EXIT_TOOLCHAIN) from None
+    except (CompileError, ResourceError) as err:
+        raise CliError(str(err).splitlines()[0], EXIT_INTERNAL) from None
 
 
 def cmd_targets(args) -> int:
@@ -77,7 +104,8 @@ def explain_data(result, node: str | None = None) -> dict:
                 "rules": [str(s) for s in k.log], "gir_before": to_text(k.before), "gir_after": to_text(k.graph),
             })
         subgraphs.append({"index": i, "ops": names, "unfused_dram_bytes": sub.unfused_bytes,
-                          "gir_dram_bytes": sub.gir_bytes, "bound_dram_bytes": sub.bound_bytes, "kernels": kernels})
+                          "gir_dram_bytes": sub.gir_bytes, "gir_dram_access_bytes": sub.gir_access_bytes,
+                          "bound_dram_bytes": sub.bound_bytes, "kernels": kernels})
     return {
         "model": result.graph.model_name, "target": result.target.name,
         "partition": [{"op": d.op, "library": d.library, "reason": d.reason} for d in result.partition.decisions],
@@ -165,71 +193,105 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
-def _build(graph, target):
-    """Emit and compile one GIR-Graph for the target's backend: (source suffix, CompiledGraph,
-    {file suffix: bytes})."""
-    from gir.backends.errors import CompileError, ResourceError, ToolchainMissingError
-    try:
-        if target.backend == "cuda":
-            from gir.backends.cuda.emitter import compile as build
-            built = build(graph, target)
-            return ".cu", built, {".ptx": built.binary.ptx.encode(), ".cubin": built.binary.cubin}
-        if target.backend == "hip":
-            from gir.backends.hip.emitter import compile as build
-            built = build(graph, target)
-            return ".hip", built, {f".{target.arch}.co": built.binary.code}
-        from gir.backends.cpu.compiler import compile as build
-        built = build(graph, target)
-        return ".c", built, {}
-    except ToolchainMissingError as err:
-        raise CliError(str(err).splitlines()[0], EXIT_TOOLCHAIN) from None
-    except (CompileError, ResourceError) as err:
-        raise CliError(f"kernel {graph.name[:80]}: {str(err).splitlines()[0]}", EXIT_INTERNAL) from None
-
-
 def cmd_compile(args) -> int:
-    from gir.ir import to_dot, to_text
-    graph = _load(args.model)
+    """A model compiled before with the same target, options, compilers and GIR version is
+    written from the compile cache; otherwise it is loaded, planned and built, and cached."""
+    from gir.build import SOURCE_SUFFIX, toolchain_version
+    from gir.cache import Store, cache_root, gir_version
+    from gir.compile_outputs import compile_outputs
+    from gir.model_digest import model_digest
     target = _target(args.target)
-    result = _plan(args, graph, target)
-    os.makedirs(os.path.join(args.output, "kernels"), exist_ok=True)
-    steps, launches = [], 0
-    for i, step in enumerate(result.steps):
-        if not hasattr(step, "graph"):
-            steps.append({"kind": "library", "op": step.kind, "name": step.name, "inputs": step.inputs, "outputs": step.outputs})
-            continue
-        stem = os.path.join(args.output, "kernels", f"k{i:03d}")
-        with open(stem + ".gir.txt", "w") as f:
-            f.write(to_text(step.graph) + "\n")
-        with open(stem + ".dot", "w") as f:
-            f.write(to_dot(step.graph) + "\n")
-        suffix, built, binaries = _build(step.graph, target)
-        with open(stem + suffix, "w") as f:
-            f.write(built.source)
-        for ext, data in binaries.items():
-            with open(stem + ext, "wb") as f:
-                f.write(data)
-        for k in built.kernels:
-            launches += 1
-            steps.append({"kind": "launch", "step": step.name, "kernel": k.name, "source": f"kernels/k{i:03d}{suffix}",
-                          "grid": [k.num_blocks], "block": [k.block_threads], "shared_bytes": k.shared_bytes,
-                          "params": [{"buffer": b.name, "dtype": b.dtype, "elements": b.size, "written": b.name in k.written}
-                                     for b in k.params]})
-        if not args.quiet:
-            print(f"[{i + 1}/{len(result.steps)}] built {step.name[:70]}", file=sys.stderr, flush=True)
-    buffers = {n: {"shape": list(t.shape), "dtype": t.dtype} for n, t in graph.tensors.items() if t.value is None}
-    with open(os.path.join(args.output, "plan.json"), "w") as f:
-        json.dump({"model": graph.model_name, "target": target.name, "arch": target.arch, "aliases": result.aliases,
-                   "buffers": buffers, "steps": steps}, f, indent=1)
-    with open(os.path.join(args.output, "explain.json"), "w") as f:
-        json.dump(explain_data(result), f, indent=1)
-    libs = sum(s["kind"] == "library" for s in steps)
-    print(f"{graph.model_name} -> {args.output}: {launches} kernel launches ({target.name} {target.arch}), {libs} library calls")
+    if target.backend not in SOURCE_SUFFIX:
+        raise CliError(f"gir compile does not build {target.backend} kernels yet (explain and run plan for it)")
+    with _backend_errors():
+        store = Store("model", gir_version(), repr(target), args.limit, toolchain_version(target))
+    start = time.perf_counter()
+    digest = model_digest(args.model)
+    files = store.get(digest) if digest else None
+    _verbose(args, f"model cache: {'hit' if files else 'miss'} ({time.perf_counter() - start:.2f} s to hash the model)")
+    if files is None:
+        start = time.perf_counter()
+        graph = _load(args.model)
+        _verbose(args, f"loaded in {time.perf_counter() - start:.2f} s")
+        result = _plan(args, graph, target)
+        _verbose(args, f"planned in {result.search_seconds:.2f} s")
+
+        def built(done, total, step):
+            if not args.quiet:
+                print(f"[{done}/{total}] built {result.steps[step.index].name[:70]}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        with _backend_errors():
+            files = compile_outputs(graph, result, explain_data(result), args.jobs, built)
+        _verbose(args, f"built and reported in {time.perf_counter() - start:.2f} s with {args.jobs} job(s)")
+        if digest:
+            store[digest] = files
+    elif not args.quiet:
+        print(f"{args.model}: compiled before with the same target, options and compilers: "
+              f"outputs from the compile cache ({cache_root()})", file=sys.stderr)
+    out = Path(args.output)
+    try:
+        for path, data in files.items():
+            (out / path).parent.mkdir(parents=True, exist_ok=True)
+            (out / path).write_bytes(data)
+    except OSError as err:
+        raise CliError(f"{args.output}: cannot write the outputs there ({err.strerror or err})") from None
+    plan = json.loads(files["plan.json"])
+    launches = sum(s["kind"] == "launch" for s in plan["steps"])
+    libs = sum(s["kind"] == "library" for s in plan["steps"])
+    print(f"{plan['model']} -> {args.output}: {launches} kernel launches ({target.name} {target.arch}), {libs} library calls")
     return EXIT_OK
 
 
+def cmd_cache_info(args) -> int:
+    from gir.cache import KINDS, cache_root, gir_version, info
+    data = info()
+    if args.json:
+        print(json.dumps({"root": str(cache_root()), "gir_version": gir_version(), "kinds": data}, indent=1))
+        return EXIT_OK
+    print(f"compile cache {cache_root()} (GIR {gir_version()}; set GIR_CACHE_DIR to move it)")
+    print(f"{'kind':<8} {'entries':>8} {'MB':>9}  holds")
+    for kind, d in data.items():
+        print(f"{kind:<8} {d['entries']:>8} {d['bytes'] / 1e6:>9.2f}  {KINDS[kind]}")
+    print(f"{'total':<8} {sum(d['entries'] for d in data.values()):>8} {sum(d['bytes'] for d in data.values()) / 1e6:>9.2f}")
+    return EXIT_OK
+
+
+def cmd_cache_clear(args) -> int:
+    from gir.cache import cache_root, clear
+    freed = clear()
+    print(f"cleared the compile cache {cache_root()}: {freed / 1e6:.2f} MB freed")
+    return EXIT_OK
+
+
+def cmd_port_new(args) -> int:
+    from gir.backends.scaffold import ScaffoldError, new_backend
+    try:
+        folder = new_backend(args.name, Path(args.dir) if args.dir else None)
+    except ScaffoldError as err:
+        raise CliError(str(err)) from None
+    spec = args.name if not args.dir else str(folder)
+    print(f"wrote {folder}: write the TODO(port) places (docs/PORTING.md), then check it with\n"
+          f"  python3 -m pytest tests/conformance --backend {spec}")
+    return EXIT_OK
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors end like any other bad input: one line, exit code 1 (argparse's own is 2,
+    which here means an unsupported model)."""
+
+    def error(self, message):
+        print(f"gir: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
+
+
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes >= 1, not {text!r}")
+    return int(text)
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gir", description="Fuse the memory-intensive part of an ONNX model into GIR kernels.")
+    ap = _Parser(prog="gir", description="Fuse the memory-intensive part of an ONNX model into GIR kernels.")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("targets", help="list hardware targets").set_defaults(fn=cmd_targets)
 
@@ -238,7 +300,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--target", default=target, help="cuda:sm_90, cuda:sm_80, hip:gfx908, hip:gfx90a or cpu")
         p.add_argument("--limit", type=int, default=4, help="parallel structures searched per fused group")
         p.add_argument("--quiet", action="store_true", help="no progress output")
-        p.add_argument("--verbose", action="store_true", help="show GIR before/after rewriting and the rule log")
+        p.add_argument("--verbose", action="store_true",
+                       help="also show phase times and cache hits; explain: GIR before/after rewriting and the rule log")
 
     p = sub.add_parser("explain", help="partition, fused kernels, rewrite log, DRAM bytes")
     common(p)
@@ -250,10 +313,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", help=".npz with one array per model input (default: seeded random)")
     p.add_argument("-o", "--output", help="write outputs to this .npz")
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("compile", help="emit and compile every kernel; write plan.json")
+    p = sub.add_parser("compile", help="emit and compile every kernel; write plan.json and the report")
     common(p)
     p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--jobs", type=_jobs, default=1, help="kernels compiled in parallel (processes)")
     p.set_defaults(fn=cmd_compile)
+    p = sub.add_parser("cache", help="the persistent compile cache ($GIR_CACHE_DIR, default ~/.cache/gir)")
+    actions = p.add_subparsers(dest="action", required=True)
+    q = actions.add_parser("info", help="entries, bytes and folder per kind of entry")
+    q.add_argument("--json", action="store_true", help="machine-readable output")
+    q.set_defaults(fn=cmd_cache_info)
+    actions.add_parser("clear", help="remove every entry").set_defaults(fn=cmd_cache_clear)
+    p = sub.add_parser("port", help="porting kit (docs/PORTING.md)")
+    q = p.add_subparsers(dest="action", required=True).add_parser("new", help="scaffold a backend folder")
+    q.add_argument("name", help="the backend's name (a Python package name)")
+    q.add_argument("--dir", help="write DIR/NAME instead of gir/backends/NAME")
+    q.set_defaults(fn=cmd_port_new)
     return ap
 
 

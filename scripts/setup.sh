@@ -7,8 +7,9 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 # HIP compiler: Debian 12's ROCm 5.2 hiprtc (lives in libamdhip64.so.5; gir/backends/hip/compiler.py
 # points hip-python at it, so no symlink or LD_LIBRARY_PATH is needed), and g++ with OpenMP for the
-# CPU harness that runs emitted CUDA/HIP kernels. apt-get update only when a package is unknown.
-pkgs=(g++ hipcc libamdhip64-dev libhiprtc-builtins5 rocm-device-libs libamd-comgr2)
+# CPU harness that runs emitted CUDA/HIP kernels; PoCL, the CPU OpenCL device of the OpenCL backend.
+# apt-get update only when a package is unknown.
+pkgs=(g++ hipcc libamdhip64-dev libhiprtc-builtins5 rocm-device-libs libamd-comgr2 pocl-opencl-icd ocl-icd-libopencl1)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -81,16 +81,46 @@ def test_bad_inputs(capsys, tmp_path):
     name, value = next(iter(feeds.items()))
     np.savez(tmp_path / "wrong_shape.npz", **{**feeds, name: np.zeros((7, 7), value.dtype)})
     one_line_error(capsys, 1, "run", TINY, "--quiet", "--inputs", str(tmp_path / "wrong_shape.npz"), match=f"input {name!r} has shape [7, 7]")
+    np.savez(tmp_path / "one_missing.npz", **dict(list(feeds.items())[1:]))
+    one_line_error(capsys, 1, "run", TINY, "--quiet", "--inputs", str(tmp_path / "one_missing.npz"), match=f"missing input {name!r}")
 
 
-def test_unsupported_op_lists_every_node(capsys, tmp_path):
+def unsupported_model(path) -> str:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
     nodes = [helper.make_node("Cosh", ["x"], ["a"], name="first"), helper.make_node("Sinh", ["a"], ["y"], name="second")]
     model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    onnx.save(model, tmp_path / "m.onnx")
-    code, _, err = run_cli(capsys, "explain", str(tmp_path / "m.onnx"), "--quiet")
+    onnx.save(model, path)
+    return str(path)
+
+
+def test_unsupported_op_lists_every_node(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "explain", unsupported_model(tmp_path / "m.onnx"), "--quiet")
     assert code == 2 and "first" in err and "Cosh" in err and "second" in err and "Sinh" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["run", "compile"])
+def test_bad_model_files_for_run_and_compile(capsys, tmp_path, command, monkeypatch):
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))
+    out = ["-o", str(tmp_path / "out")]
+    one_line_error(capsys, 1, command, str(tmp_path / "missing.onnx"), *out, match="no such file")
+    (tmp_path / "text.onnx").write_text("not a model")
+    one_line_error(capsys, 1, command, str(tmp_path / "text.onnx"), "--quiet", *out, match="not a valid ONNX file")
+    data = open(TINY, "rb").read()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 3])
+    one_line_error(capsys, 1, command, str(tmp_path / "cut.onnx"), "--quiet", *out, match="cut.onnx")
+    one_line_error(capsys, 1, command, TINY, "--target", "cuda:sm_99", *out, match="unknown target 'cuda:sm_99'")
+    one_line_error(capsys, 2, command, unsupported_model(tmp_path / "m.onnx"), "--quiet", *out, match="Cosh")
+
+
+@pytest.mark.parametrize("argv,match", [(["compile", TINY, "-o", "x", "--jobs", "0"], "--jobs takes a whole number"),
+                                        (["cache"], "required"), (["cache", "wipe"], "invalid choice"),
+                                        (["frobnicate"], "invalid choice"), (["compile", TINY], "-o/--output")])
+def test_usage_errors_are_one_line_and_exit_1(capsys, argv, match):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 1 and len(err.strip().splitlines()) == 1 and match in err and err.startswith("gir: error:")
 
 
 def test_console_script_has_no_traceback(tmp_path):

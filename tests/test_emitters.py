@@ -23,14 +23,12 @@ import random
 import re
 import tempfile
 import traceback
-import zlib
 from functools import lru_cache
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-import test_templates as tt
+from backend_cases import PAD_MODES, PAD_SHAPES, compare, fused_graph, seeded_feeds, template_cases
 from gir.backends.cpu import compiler as cpu
 from gir.backends.cuda.compiler import compile_cuda
 from gir.backends.cuda.emitter import CudaEmitter
@@ -39,15 +37,10 @@ from gir.backends.harness.graph_runner import run_on_cpu_harness
 from gir.backends.harness.runner import HarnessError
 from gir.backends.hip.compiler import compile_hip
 from gir.backends.hip.emitter import HipEmitter
-from gir.backends.kernels import EmitError, check_resources, check_shared, emit_graph, split_kernels
-from gir.frontend import load
-from gir.frontend.basic import BasicOp
-from gir.fusion.group import common_structures, escaping_tensors, fuse
-from gir.fusion.merge import merge_graphs
+from gir.backends.kernels import EmitError, OutOfBoundsError, check_resources, check_shared, emit_graph, split_kernels
 from gir.ir import (DEVICE, DRAM, REGISTER, SHARED, UNIT, Broadcast, Elementwise, GIRGraph, Input, Move,
                     ParallelPrimitive, Reduce, Slice, Sync, U, W, call, get_target, run, validate)
 from gir.ir.validate import register_bytes_per_lane
-from gir.rewrite import optimize
 from gir.templates import candidates
 
 TARGETS = {"h100": "cuda", "mi250x": "hip", "cpu": "cpu"}
@@ -87,18 +80,6 @@ def compile_for_both_archs(graph, backend: str) -> None:
         check_resources(kernels, resources, target)
 
 
-def compare(got: dict, want: dict, label: str) -> None:
-    for name, w in want.items():
-        g = got[name].reshape(w.shape)
-        if w.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=f"{label}: {name}")
-            continue
-        tol = 2e-3 if w.dtype == np.float16 else 1e-4
-        scale = max(1.0, float(np.nanmax(np.abs(w.astype(np.float64)), initial=0)))  # long sums drift with size
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale,
-                                   err_msg=f"{label}: {name}")
-
-
 def verify(graph, feeds: dict, backend: str, label: str) -> str | None:
     """None when the emitted kernels compile cleanly and match the interpreter, else the reason."""
     try:
@@ -124,55 +105,10 @@ def verify_spec(spec: tuple, backend: str, label: str) -> str | None:
     return verify(graph, feeds, backend, label)
 
 
-# -- template cases (test_templates.py's parameters and helpers) --------------------------------
-def _params(fn, names: str):
-    return next(m.args[1] for m in fn.pytestmark if m.name == "parametrize" and m.args[0] == names)
-
-
-def template_cases() -> dict[str, tuple[BasicOp, dict]]:
-    cases = {}
-    for a, b in _params(tt.test_elementwise_broadcasting, "a,b"):
-        out = tuple(np.broadcast_shapes(a, b))
-        ts = {"a": tt.T("a", a), "b": tt.T("b", b), "y": tt.T("y", out)}
-        cases[f"elementwise-{a}-{b}"] = (tt.ew("add_mul", (Input(0) + Input(1)) * Input(0), [ts["a"], ts["b"]], out), ts)
-    ts = {"a": tt.T("a", (3, 70), "float16"), "y": tt.T("y", (3, 70), "float16")}
-    gelu = Input(0) * 0.5 * (1 + call("erf", Input(0) / 1.4142135))
-    cases["elementwise-fp16-gelu"] = (tt.ew("gelu", gelu, [ts["a"]], (3, 70), "float16"), ts)
-    kinds = ["sum", "max", "min", "prod"]
-    for i, (shape, axes) in enumerate(tt.REDUCE_CASES):
-        for kind in (kinds[i % 4], kinds[(i + 1) % 4]):  # every kind twice over the shapes
-            out = tuple(d for j, d in enumerate(shape) if j not in axes)
-            ts = {"x": tt.T("x", shape), "y": tt.T("y", out)}
-            cases[f"reduce-{kind}-{shape}-{axes}"] = (
-                BasicOp("r", "reduce", ["x"], ["y"], {"op": kind, "axes": axes, "keepdims": False}, "r"), ts)
-    x = np.full((2, 4096), 0.1, np.float16)
-    ts = {"x": tt.T("x", x.shape, "float16", x), "y": tt.T("y", (2,), "float16")}
-    cases["reduce-fp16-accumulates-in-fp32"] = (BasicOp("r", "reduce", ["x"], ["y"], {"op": "sum", "axes": (1,), "keepdims": False}, "r"), ts)
-    for i, (shape, offset, vshape, vstrides, _) in enumerate(tt.LAYOUTS):
-        ts = {"x": tt.T("x", shape), "y": tt.T("y", vshape)}
-        cases[f"layout-{i}"] = (BasicOp("l", "layout", ["x"], ["y"], {"offset": offset, "shape": vshape, "strides": vstrides}, "l"), ts)
-    for shapes, axis in _params(tt.test_concat, "shapes,axis"):
-        names = [f"in{i}" for i in range(len(shapes))]
-        out = list(shapes[0])
-        out[axis] = sum(s[axis] for s in shapes)
-        ts = {n: tt.T(n, s) for n, s in zip(names, shapes)} | {"y": tt.T("y", out)}
-        cases[f"concat-{shapes}"] = (BasicOp("c", "concat", names, ["y"], {"axis": axis}, "c"), ts)
-    for mode in _params(tt.test_pad, "mode"):
-        for (shape, pads), target in zip(_params(tt.test_pad, "shape,pads"), TARGETS):
-            out = tuple(n + a + b for n, (a, b) in zip(shape, pads))
-            ts = {"x": tt.T("x", shape), "y": tt.T("y", out)}
-            cases[f"pad-{mode}-{shape}"] = (BasicOp("p", "pad", ["x"], ["y"], {"pads": pads, "mode": mode, "value": 1.5}, "p"), ts)
-            PAD_TARGET[f"pad-{mode}-{shape}"] = [target]  # every mode on every target, the shapes rotating
-    for dshape, idx, axis in _params(tt.test_gather, "dshape,idx,axis"):
-        idx = np.array(idx, np.int64)
-        out = dshape[:axis] + idx.shape + dshape[axis + 1:]
-        ts = {"d": tt.T("d", dshape), "i": tt.T("i", idx.shape, "int64", idx), "y": tt.T("y", out)}
-        cases[f"gather-{dshape}-{axis}"] = (BasicOp("g", "gather", ["d", "i"], ["y"], {"axis": axis}, "g"), ts)
-    return cases
-
-
-PAD_TARGET: dict[str, list[str]] = {}
+# -- template cases (backend_cases.py) ------------------------------------------------------------
 CASES = template_cases()
+# pad: every mode on every target, the shapes rotating over the targets
+PAD_TARGET = {f"pad-{mode}-{shape}": [target] for mode in PAD_MODES for (shape, _), target in zip(PAD_SHAPES, TARGETS)}
 # Structures every run must reach on the GPUs, beyond the seeded sample.
 MUST = {"layout-0": "tile", "layout-4": "tile", "reduce-sum-(4, 70000)-(1,)": "two_phase",
         "reduce-prod-(4, 70000)-(1,)": "block", "reduce-min-(3, 2000)-(1,)": "block",
@@ -200,20 +136,6 @@ def sample_candidates(case: str, target: str) -> list:
     return list({id(c): c for c in picks}.values())
 
 
-def seeded_feeds(op, ts, seed: str) -> dict:
-    """test_templates.random_feed's values, from a generator per case: any selection of tests
-    sees the same inputs."""
-    rng = np.random.default_rng(zlib.crc32(seed.encode()))
-
-    def feed(t):
-        if t.value is not None:
-            return t.value
-        if t.dtype.startswith("int"):
-            return rng.integers(-3, 3, t.shape).astype(t.dtype)
-        return rng.standard_normal(t.shape).astype(t.dtype)
-    return {n: feed(ts[n]) for n in op.inputs}
-
-
 def template_jobs(case: str):
     """pad: each mode on every target, shapes rotating; other cases: every target."""
     for target in PAD_TARGET.get(case, TARGETS):
@@ -224,48 +146,7 @@ def template_jobs(case: str):
 
 
 # -- fused graphs ----------------------------------------------------------------------------------
-def onnx_model(nodes, inputs, outputs, inits=()):
-    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
-                              initializer=list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-
-
-def basic_graph(model: str, shape: tuple):
-    rng = np.random.default_rng(11)
-    f = shape[-1]
-    if model == "softmax":
-        return load(onnx_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", shape)], [("y", shape)]))
-    if model == "layernorm":
-        inits = [numpy_helper.from_array(rng.standard_normal(f).astype(np.float32), n) for n in ("g", "b")]
-        node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)
-        return load(onnx_model([node], [("x", shape)], [("y", shape)], inits))
-    consts = {"bias": rng.standard_normal(f).astype(np.float32), "sq": np.array(1.4142135, np.float32),
-              "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
-    nodes = [helper.make_node("Add", ["x", "bias"], ["h"]), helper.make_node("Div", ["h", "sq"], ["d"]),
-             helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["e", "one"], ["p"]),
-             helper.make_node("Mul", ["h", "p"], ["q"]), helper.make_node("Mul", ["q", "half"], ["y"])]
-    return load(onnx_model(nodes, [("x", shape)], [("y", shape)], [numpy_helper.from_array(v, k) for k, v in consts.items()]))
-
-
-def fused_graph(model: str, shape: tuple, target: str, structure: str | None):
-    """fuse()'s choice, or, among the merged-and-rewritten graphs of the common structures named
-    `structure`, the one with the most kernels (the emitter must carry registers across them)."""
-    g = basic_graph(model, shape)
-    tgt = get_target(target)
-    if structure is None:
-        graph = fuse(g, g.ops, tgt).graph
-    else:
-        per_op = [candidates(op, g.tensors, tgt).candidates for op in g.ops]
-        graphs = [optimize(merge_graphs(model, [c.graph for c in ch], escaping_tensors(g, g.ops)))[0]
-                  for ch in common_structures(per_op) if ch[0].structure == structure]
-        graph = max(graphs, key=lambda x: sum(isinstance(op, Sync) and op.scope == DEVICE for _, op in x.ops()))
-    rng = np.random.default_rng(5)
-    feeds = {n: rng.standard_normal(g.tensors[n].shape).astype(np.float32) for n in g.inputs}
-    return graph, feeds | {n: t.value for n, t in g.tensors.items() if t.value is not None}
-
-
-FUSED_BUILDERS = {"fused": fused_graph}
+FUSED_BUILDERS = {"fused": lambda model, shape, target, structure: fused_graph(model, shape, get_target(target), structure)}
 FUSED = [(m, s, t, None) for m in ("softmax", "layernorm", "gelu") for s in ((3, 5, 70), (2, 300)) for t in TARGETS
          if not (t == "cpu" and s == (2, 300) and m != "gelu")]  # fuse() finds no common CPU structure there
 FUSED += [("softmax", (2, 300), "h100", "block"), ("softmax", (2, 300), "mi250x", "block"),
@@ -459,7 +340,7 @@ def test_device_syncs_split_kernels_and_parameters():
 def test_register_values_crossing_a_device_sync_are_recomputed():
     """Rewriting keeps LayerNorm's centred values in registers across two device syncs; the
     interpreter allows it, kernels cannot, so the kernel that reads them recomputes them."""
-    graph, feeds = fused_graph("layernorm", (3, 5, 70), "h100", "unit")
+    graph, feeds = fused_graph("layernorm", (3, 5, 70), get_target("h100"), "unit")
     kernels = split_kernels(graph)
     placed = [node for k in kernels for node, _ in k.ops]
     assert len(kernels) > 1 and len(placed) > len(set(placed)), "no gOperator was issued again"
@@ -529,7 +410,7 @@ def test_injected_off_by_one_is_caught(backend, mutate):
     want = run(graph, feeds).outputs
     clean = cpu.run(graph, feeds) if backend == "cpu" else run_on_cpu_harness(graph, feeds, backend)
     compare(clean, want, "unmodified")
-    with pytest.raises((AssertionError, HarnessError, cpu.OutOfBoundsError)):
+    with pytest.raises((AssertionError, HarnessError, OutOfBoundsError)):
         broken = cpu.run(graph, feeds, edit=mutate) if backend == "cpu" else \
             run_on_cpu_harness(graph, feeds, backend, edit=mutate)
         compare(broken, want, "mutated")

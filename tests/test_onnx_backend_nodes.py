@@ -1,5 +1,5 @@
 """onnx's backend node tests (built in memory by onnx) for every op the frontend supports,
-run through tests/onnx_backend.py (frontend + run_reference by default).
+run through tests/onnx_backend.py's ReferenceBackend (frontend + the numpy reference).
 
 INCLUDE names the tests per op; EXCLUDED lists every case left out, with the reason. An
 included case that fails fails the suite. Only the CPU variant runs (the backend has no other
@@ -12,7 +12,7 @@ import warnings
 
 import onnx.backend.test
 
-from onnx_backend import GirBackend
+from onnx_backend import ReferenceBackend
 
 # op -> regex over test names (without the _cpu suffix); anchored to avoid Cosh under Cos, etc.
 INCLUDE = {
@@ -81,4 +81,4 @@ def node_tests(backend, module: str, extra_excluded=()) -> dict:
     return {k: c for k, c in cases.items() if any(n.startswith("test_") for n in vars(c))}
 
 
-globals().update(node_tests(GirBackend, __name__))
+globals().update(node_tests(ReferenceBackend, __name__))

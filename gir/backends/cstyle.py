@@ -704,7 +704,8 @@ class CStyle:
             if dst is None:
                 return []
             src = f"{self.names[op.src.buffer]}[{self.address(op.src, e.k)} + (int)ix * {op.stride}]"
-            return [f"long long ix = (long long)({index});", f"ix = ix < 0 ? ix + {n} : ix;",
+            i64 = self.types["int64"]
+            return [f"{i64} ix = ({i64})({index});", f"ix = ix < 0 ? ix + {n} : ix;",
                     f"ix = ix < 0 ? 0 : ix >= {n} ? {n - 1} : ix;",
                     *guarded(self.mask(op.src, e.k) + dst[1], [f"{dst[0]} = {src};"])]
         return self.for_elements(op, op.dst.size, body)
@@ -798,6 +799,32 @@ class CStyle:
                 stores += guarded(dst[1], [f"{dst[0]} = {self.to_storage(value, acc, ddt)};"])
         decl = f"{self.ctype(acc)} p = {ident}" + (", q;" if any(ln.startswith("q = ") for ln in lines) else ";")
         return block("{", [decl, *lines, *stores])
+
+
+class LoopedLanes:
+    """The register model of a unit whose lanes are loop iterations of one thread (a CPU
+    thread, an OpenCL work-item): registers are per-unit arrays indexed by address, so
+    cross-lane reads are plain reads, each gOperator is one loop over its elements (the
+    compiler vectorises it) and a Reduce, cooperative or not, is a loop per output."""
+    distributed_registers = False
+
+    def elements(self, op, n: int):
+        yield Elem(Idx("k"), loop=n)
+
+    def wrap(self, e: Elem, lines: list[str]) -> list[str]:
+        return block(f"for (int k = 0; k < {e.loop}; ++k) {{", lines)
+
+    def op_Reduce(self, op) -> list[str]:
+        acc, ident, term = self._reduce_parts(op)
+        x, ok = self.load(op.src, Idx(f"k*{op.group} + g"), None)
+        x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
+        dst = self.store(op.dst, Idx("k"), op)
+        if dst is None:
+            return []
+        return block(f"for (int k = 0; k < {op.dst.size}; ++k) {{", [
+            f"{self.ctype(acc)} acc = {ident};",
+            f"for (int g = 0; g < {op.group}; ++g) acc = {self.combine(op.op, 'acc', f'({x})')};",
+            *guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, self.dtype(op.dst))};"])])
 
 
 GPU_PRELUDE = """#ifndef GIR_PRELUDE

@@ -9,6 +9,9 @@ class CompileError(RuntimeError):
         self.what, self.target, self.log = what, target, log
         super().__init__(f"{what}: compilation for {target} failed\n{log.rstrip()}")
 
+    def __reduce__(self):  # rebuilt from its fields when it crosses a process boundary (--jobs)
+        return CompileError, (self.what, self.target, self.log)
+
 
 class ToolchainMissingError(RuntimeError):
     """A compiler library is not installed; the one-line message says how to install it."""

@@ -193,15 +193,17 @@ def emit_graph(emitter, graph: GIRGraph) -> tuple[str, list[Kernel]]:
 
 def allocate_dram(graph: GIRGraph, feeds: dict) -> dict:
     """Flat numpy arrays for every DRAM buffer: inputs and constants from `feeds`, the rest
-    poisoned (NaN, or the most negative integer) so an element no kernel writes shows up."""
+    poisoned (NaN, or the most negative integer) so an element no kernel writes shows up. An
+    output given in `feeds` starts from that value instead (a graph that writes only part of a
+    tensor another graph wrote before)."""
     arrays = {}
     for buf in graph.buffers.values():
         if buf.level != DRAM:
             continue
         dt = np_dtype(buf.dtype)
-        if buf.role in ("input", "const"):
-            if buf.name not in feeds:
-                raise KeyError(f"{graph.name}: no value fed for {buf.role} {buf.name!r}")
+        if buf.role in ("input", "const") and buf.name not in feeds:
+            raise KeyError(f"{graph.name}: no value fed for {buf.role} {buf.name!r}")
+        if buf.name in feeds:
             value = np.asarray(feeds[buf.name])
             if value.size != buf.size:
                 raise ValueError(f"{graph.name}: {buf.name!r} expects {buf.size} elements, got shape {value.shape}")
@@ -210,6 +212,25 @@ def allocate_dram(graph: GIRGraph, feeds: dict) -> dict:
             poison = np.nan if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
             arrays[buf.name] = np.full(buf.size, poison, dt)
     return arrays
+
+
+GUARD = 4096  # bytes of 0xFF around each DRAM buffer a backend launches on (NaN or -1 when read)
+
+
+class OutOfBoundsError(RuntimeError):
+    """An emitted kernel wrote outside a DRAM buffer (seen in the guard bytes around it)."""
+
+
+def with_guards(a: np.ndarray) -> np.ndarray:
+    """The bytes of `a` between GUARD bytes of 0xFF on each side: a stray write shows up."""
+    raw = np.full(a.nbytes + 2 * GUARD, 0xFF, np.uint8)
+    raw[GUARD:GUARD + a.nbytes] = a.view(np.uint8)
+    return raw
+
+
+def check_guards(raw: np.ndarray, nbytes: int, kernel: str, buffer: str) -> None:
+    if (raw[:GUARD] != 0xFF).any() or (raw[GUARD + nbytes:] != 0xFF).any():
+        raise OutOfBoundsError(f"kernel {kernel} wrote outside DRAM buffer {buffer!r}")
 
 
 def collect_outputs(graph: GIRGraph, arrays: dict) -> dict:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels import allocate_dram, collect_outputs
+
 
 @dataclass(frozen=True)
 class DeviceBuffer:
@@ -77,6 +79,16 @@ class Launcher:
         finally:
             for b in bufs.values():
                 self.free(b)
+
+
+def launch_graph(launcher: Launcher, built, graph, feeds: dict) -> dict:
+    """Outputs of a compiled graph (a CompiledGraph) launched kernel by kernel on the
+    launcher's device: every backend's `run` on real hardware."""
+    arrays = allocate_dram(graph, feeds)
+    for k in built.kernels:
+        launcher.run(launcher.load(built.binary, k.name), (k.num_blocks,), (k.block_threads,),
+                     [arrays[b.name] for b in k.params])
+    return collect_outputs(graph, arrays)
 
 
 def dims3(shape) -> tuple[int, int, int]:

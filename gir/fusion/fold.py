@@ -57,8 +57,9 @@ def folded(op: BasicOp, graph: BasicGraph, comp: Composition, target) -> tuple[C
 
 
 def provider(graph: BasicGraph, comp: Composition, target):
-    """candidates(op) for the planner: folded where possible, the op's own templates else, and
-    reading through constant pads where every candidate can (padfold). Also returns the
+    """candidates(op) for the planner: folded where possible, the op's own templates else; a
+    folded read (a conv or pooling window) also reads through a constant pad where it can
+    (padfold). Also returns the
     tensors that folding made unnecessary to write."""
     cache: dict[str, Candidates] = {}
     unread: dict[str, set] = {}
@@ -67,10 +68,10 @@ def provider(graph: BasicGraph, comp: Composition, target):
     def get(op: BasicOp) -> Candidates:
         if op.name not in cache:
             found = folded(op, graph, comp, target)
-            if found and found[0].candidates:
-                cache[op.name], unread[op.name] = found
-            else:
+            if not (found and found[0].candidates):
                 cache[op.name] = candidates(op, graph.tensors, target)
+                return cache[op.name]
+            cache[op.name], unread[op.name] = found
             for name in {b for c in cache[op.name].candidates for b in c.graph.buffers if b in pads}:
                 if _through(cache[op.name], pads[name]):
                     unread.setdefault(op.name, set()).add(name)

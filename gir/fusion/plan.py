@@ -134,7 +134,7 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     for cands in copy_candidates(g, comp, target, []):
         kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None))
     copies = {b for k in kernels for b in k.graph.buffers}
-    rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies)]
+    rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread)]
     for group in _groups(g, rest, ops, cands_for, aliases):
         kernels.append(_fuse_group(g, group, target, limit, cache, aliases, cands_for, views))
     produced = {t for op in ops for t in op.outputs}
@@ -146,10 +146,10 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     return Subgraph(ops, kernels, unfused, gir, _nbytes(g, external | escaping), accessed)
 
 
-def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies) -> bool:
+def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies, unread) -> bool:
     """A pad every reader now reads through (padfold): nothing needs its output."""
     out = op.outputs[0]
-    if op.kind != "pad" or out in _escaping(g, ops) or out in copies:
+    if op.kind != "pad" or out in _escaping(g, ops) or out in copies or not any(out in u for u in unread.values()):
         return False
     return not any(out in c.graph.buffers for r in rest if r is not op for c in cands_for(r).candidates)
 

@@ -119,6 +119,7 @@ PRESETS: dict[str, Target] = {
                    1.6384e12, 24e12, 23.9e12, 191.5e12, "one GCD of the MI250X (the unit a kernel runs on)"),
 }
 ALIASES = {"cuda:sm_80": "a100", "cuda:sm_90": "h100", "hip:gfx908": "mi100", "hip:gfx90a": "mi250x", "cpu": "cpu"}
+DESCRIBED = ("opencl",)  # backends that describe the device they find: gir/backends/NAME describe()
 
 
 def local_cpu() -> Target:
@@ -145,5 +146,8 @@ def get_target(name: str) -> Target:
         return local_cpu()
     if key in PRESETS:
         return PRESETS[key]
-    known = sorted(set(PRESETS) | set(ALIASES))
+    if key in DESCRIBED:
+        from importlib import import_module
+        return import_module(f"gir.backends.{key}").describe()
+    known = sorted(set(PRESETS) | set(ALIASES) | set(DESCRIBED))
     raise KeyError(f"unknown target {name!r}; known targets: {', '.join(known)}")

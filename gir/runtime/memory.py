@@ -1,10 +1,15 @@
 """Memory planning: intermediate tensors share one arena, a tensor's bytes reused once its last
-reader has run. Greedy first-fit by decreasing size over lifetimes in step order."""
+reader has run. Greedy first-fit by decreasing size over lifetimes in step order.
+
+Kernel-local DRAM buffers (the partials of a two-phase reduction) live for their one step and
+share the arena too; a tensor that an output or input is a view of lives outside it, since
+the caller holds it beyond the last step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from gir.frontend.basic import BasicOp
+from gir.ir import DRAM
 from gir.ir.dtypes import itemsize
 
 ALIGN = 256  # bytes: what cudaMalloc guarantees, and enough for any vector load
@@ -12,9 +17,19 @@ ALIGN = 256  # bytes: what cudaMalloc guarantees, and enough for any vector load
 
 @dataclass
 class MemoryPlan:
-    offsets: dict[str, int]      # intermediate tensor -> byte offset in the arena
-    arena_bytes: int             # peak bytes with reuse
-    unshared_bytes: int          # bytes if every intermediate had its own buffer
+    offsets: dict[str, int]              # intermediate tensor -> byte offset in the arena
+    scratch: dict[tuple[int, str], int]  # (step index, kernel-local DRAM buffer) -> byte offset
+    arena_bytes: int                     # peak bytes with reuse
+    unshared_bytes: int                  # bytes if every intermediate had its own buffer
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.arena_bytes
+
+
+def scratch_buffers(graph) -> list:
+    """DRAM buffers of a GIR-Graph that are neither model tensors nor constants."""
+    return [b for b in graph.buffers.values() if b.level == DRAM and b.role == "temp"]
 
 
 def _steps_io(plan):
@@ -25,22 +40,33 @@ def _steps_io(plan):
             yield step.reads, step.writes
 
 
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
 def plan_memory(plan) -> MemoryPlan:
     g = plan.graph
-    keep = set(g.inputs) | set(g.outputs) | {n for n, t in g.tensors.items() if t.value is not None}
+
+    def root(t):
+        return plan.aliases.get(t, t)
+
+    keep = {root(t) for t in (*g.inputs, *g.outputs)} | {n for n, t in g.tensors.items() if t.value is not None}
     first, last = {}, {}
     for i, (ins, outs) in enumerate(_steps_io(plan)):
         for t in outs:
-            t = plan.aliases.get(t, t)
-            first.setdefault(t, i)
-            last.setdefault(t, i)
+            first.setdefault(root(t), i)
+            last.setdefault(root(t), i)
         for t in ins:
-            last[plan.aliases.get(t, t)] = i
-    temps = [t for t in first if t not in keep]
-    size = {t: -(-g.tensors[t].size * itemsize(g.tensors[t].dtype) // ALIGN) * ALIGN for t in temps}
+            last[root(t)] = i
+    size = {t: _aligned(g.tensors[t].size * itemsize(g.tensors[t].dtype)) for t in first if t not in keep}
+    for i, step in enumerate(plan.steps):
+        if not isinstance(step, BasicOp):
+            for b in scratch_buffers(step.graph):
+                first[i, b.name] = last[i, b.name] = i
+                size[i, b.name] = _aligned(b.nbytes)
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
     offsets = {}
-    for t in sorted(temps, key=lambda t: (-size[t], first[t])):
+    for t in sorted(size, key=lambda t: (-size[t], first[t], str(t))):
         offset = 0
         for lo, hi, a, b in sorted(placed):
             overlaps_in_time = not (last[t] < a or b < first[t])
@@ -49,4 +75,6 @@ def plan_memory(plan) -> MemoryPlan:
         offsets[t] = offset
         placed.append((offset, offset + size[t], first[t], last[t]))
     arena = max((hi for _, hi, _, _ in placed), default=0)
-    return MemoryPlan(offsets, arena, sum(size.values()))
+    tensors = {t: o for t, o in offsets.items() if isinstance(t, str)}
+    scratch = {t: o for t, o in offsets.items() if not isinstance(t, str)}
+    return MemoryPlan(tensors, scratch, arena, sum(size.values()))

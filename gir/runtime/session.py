@@ -5,13 +5,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gir.frontend import load
+from gir.frontend import BasicGraph, load
 from gir.fusion.plan import plan
 from gir.ir import get_target
 from gir.ir.dtypes import np_dtype
 
 from .executor import execute
-from .memory import plan_memory
+from .memory import MemoryPlan, plan_memory
+
+ENGINES = ("native", "interpreter")
 
 
 class SessionError(ValueError):
@@ -26,16 +28,47 @@ class NodeArg:
     type: str
 
 
+class _InterpreterEngine:
+    """GIR kernels in the reference interpreter, library ops through numpy: runs any target's
+    plan on any machine and checks that every written tensor is fully covered (debugging)."""
+
+    def __init__(self, plan, memory: MemoryPlan):
+        self.plan, self.memory = plan, memory
+
+    def run(self, feeds: dict) -> dict:
+        return {n: v.copy() for n, v in execute(self.plan, feeds, memory=self.memory).items()}
+
+
+def _engine_factory(name: str, target, model: str):
+    """`fn(plan, memory) -> engine`; a GPU engine opens its device here, before any planning."""
+    if name == "interpreter":
+        return _InterpreterEngine
+    if target.backend == "cpu":
+        from .native import NativeCpuEngine
+        return NativeCpuEngine
+    from .device import BACKENDS, DeviceEngine, open_launcher
+    if target.backend not in BACKENDS:
+        raise SessionError(f"{model}: no native engine for {target.name} ({target.backend}); engine='interpreter' runs it")
+    launcher = open_launcher(target.backend)
+    return lambda plan, memory: DeviceEngine(plan, memory, launcher)
+
+
 class Session:
     """Session(path_or_ModelProto, target="cpu").run(output_names, feeds), as onnxruntime's
-    InferenceSession. Library ops run through numpy; GIR kernels run in the reference
-    interpreter (the engine available on every machine)."""
+    InferenceSession (a BasicGraph already loaded is accepted too). Kernels are compiled when
+    the session is created. Engines: "native" (the target's own code: C + OpenMP on the CPU,
+    CUDA or HIP on a GPU, NoDeviceError where there is none) or "interpreter" (the reference
+    interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse."""
 
-    def __init__(self, model, target: str = "cpu", limit: int = 2, progress=None):
-        self.graph = load(model)
+    def __init__(self, model, target: str = "cpu", engine: str = "native", limit: int = 2, progress=None):
+        self.graph = model if isinstance(model, BasicGraph) else load(model)
+        if engine not in ENGINES:
+            raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
         self.target = get_target(target)
+        make_engine = _engine_factory(engine, self.target, self.graph.model_name)
         self.plan = plan(self.graph, self.target, limit=limit, progress=progress)
         self.memory = plan_memory(self.plan)
+        self.engine = make_engine(self.plan, self.memory)
 
     def _args(self, names) -> list[NodeArg]:
         t = self.graph.tensors
@@ -66,5 +99,5 @@ class Session:
             if value.dtype != np_dtype(t.dtype):
                 raise SessionError(f"{model}: input {n!r} has dtype {value.dtype}, expected {t.dtype}")
             checked[n] = value
-        outputs = execute(self.plan, checked, memory=self.memory)
+        outputs = self.engine.run(checked)
         return [outputs[n] for n in names]

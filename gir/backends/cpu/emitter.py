@@ -1,11 +1,10 @@
 """CPU dialect of the C-like emitter: C11 + OpenMP. A unit is one iteration of an OpenMP
-`parallel for`; its lanes are the iterations of each gOperator's element loop (k enumerates
-every lane's elements, and the compiler vectorises the loop over SIMD lanes). Registers are
-therefore per-unit arrays indexed by address: cross-lane reads are plain reads, Sync(UNIT) and
-Sync(BLOCK) (one unit per block) are nothing, and a cooperative Reduce is a loop."""
+`parallel for`; its lanes are the iterations of each gOperator's element loop (LoopedLanes:
+the compiler vectorises the loop over SIMD lanes), so Sync(UNIT) and Sync(BLOCK) (one unit per
+block) are nothing."""
 from __future__ import annotations
 
-from ..cstyle import CStyle, Elem, Idx, and_c, block, guarded
+from ..cstyle import CStyle, LoopedLanes
 from ..kernels import EmitError, Kernel
 
 CPU_PRELUDE = r"""#include <math.h>
@@ -47,10 +46,9 @@ static inline long long gir_ipow(long long a, long long e) {
 """
 
 
-class CpuEmitter(CStyle):
+class CpuEmitter(LoopedLanes, CStyle):
     kernel_prefix = "void"
     restrict = "restrict"
-    distributed_registers = False
     types = {"float32": "float", "float16": "uint16_t", "float64": "double", "int64": "int64_t",
              "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool"}
 
@@ -83,26 +81,8 @@ class CpuEmitter(CStyle):
             raise EmitError(f"{k.name}: the CPU has no shared memory ({', '.join(shared)})")
         return super().declarations(k)
 
-    def elements(self, op, n: int):
-        yield Elem(Idx("k"), loop=n)
-
-    def wrap(self, e: Elem, lines: list[str]) -> list[str]:
-        return block(f"for (int k = 0; k < {e.loop}; ++k) {{", lines)
-
     def op_Sync(self, op) -> list[str]:
         return []  # lanes are loop iterations of one thread, and a block is one unit
-
-    def op_Reduce(self, op) -> list[str]:
-        acc, ident, term = self._reduce_parts(op)
-        x, ok = self.load(op.src, Idx(f"k*{op.group} + g"), None)
-        x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
-        dst = self.store(op.dst, Idx("k"), op)
-        if dst is None:
-            return []
-        return block(f"for (int k = 0; k < {op.dst.size}; ++k) {{", [
-            f"{self.ctype(acc)} acc = {ident};",
-            f"for (int g = 0; g < {op.group}; ++g) acc = {self.combine(op.op, 'acc', f'({x})')};",
-            *guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, self.dtype(op.dst))};"])])
 
 
 def emit(kernel: Kernel, target) -> str:

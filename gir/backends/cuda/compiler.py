@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import metadata
 from typing import Sequence
+
+from gir.cache import Store
 
 from ..errors import CompileError, ToolchainMissingError
 
@@ -77,13 +80,37 @@ def _get_bytes(nvrtc, prog, size_fn, get_fn) -> bytes:
 def compile_cuda(source: str, arch: str = "sm_90", *, name: str = "kernel.cu",
                  options: Sequence[str] = ()) -> CudaBinary:
     """Compile for one real architecture ("sm_80", "sm_90"); returns PTX, cubin and the
-    per-kernel resource report. Raises CompileError carrying the NVRTC log."""
+    per-kernel resource report. Raises CompileError carrying the NVRTC log. A source compiled
+    before with the same NVRTC and options comes from the compile cache (gir/cache.py)."""
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise ValueError(f"CUDA arch must look like 'sm_90', got {arch!r}")
     nvrtc = _nvrtc()
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--ptxas-options=-v", *options]
     if inc := cuda_include_dir():
         opts.append(f"-I{inc}")
+    store = Store("cuda", toolchain_version())
+    key = (name, tuple(opts), source)
+    if (built := store.get(key)) is None:
+        built = store[key] = _nvrtc_compile(nvrtc, source, name, arch, opts)
+    ptx, cubin, log = built
+    return CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log))
+
+
+@lru_cache(maxsize=None)
+def toolchain_version() -> str:
+    """NVRTC's version and the CUDA wheels' (NVRTC, headers): part of every cached binary's key."""
+    _, major, minor = _nvrtc().nvrtcVersion()
+    wheels = []
+    for dist in ("nvidia-cuda-nvrtc", "nvidia-cuda-runtime"):
+        try:
+            wheels.append(f"{dist}=={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            wheels.append(f"{dist} absent")
+    return f"NVRTC {major}.{minor} ({', '.join(wheels)})"
+
+
+def _nvrtc_compile(nvrtc, source: str, name: str, arch: str, opts: list[str]) -> tuple[str, bytes, str]:
+    """(PTX, cubin, log) of one NVRTC compilation."""
     prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     try:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
@@ -95,7 +122,7 @@ def compile_cuda(source: str, arch: str = "sm_90", *, name: str = "kernel.cu",
         cubin = _get_bytes(nvrtc, prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    return CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log))
+    return ptx, cubin, log
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")

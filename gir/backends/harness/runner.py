@@ -14,7 +14,6 @@ import hashlib
 import os
 import re
 import subprocess
-import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -44,12 +43,6 @@ class HarnessError(RuntimeError):
 
 class DeadlockError(HarnessError):
     """Threads of a block (or lanes of a warp) wait at different barriers, or some exited."""
-
-
-def cache_dir() -> Path:
-    d = os.environ.get("GIR_HARNESS_CACHE") or os.path.join(tempfile.gettempdir(), f"gir-harness-{os.getuid()}")
-    os.makedirs(d, exist_ok=True)
-    return Path(d)
 
 
 @lru_cache(maxsize=None)
@@ -87,7 +80,7 @@ def build(source: str, kernel_name: str, dialect: str = "cuda") -> ctypes.CDLL:
         raise ValueError(f"not a kernel name: {kernel_name!r}")
     tu = _translation_unit(source, kernel_name, dialect)
     flags = [*FLAGS, f"-DGPUCPU_WARP_SIZE={WARP[dialect]}", f"-I{INCLUDE}", "-include", str(HEADER)]
-    return cached_library(cache_dir(), f"{_toolchain_id()}\0{dialect}", CXX, flags, tu, ".cpp",
+    return cached_library(f"{_toolchain_id()}\0{dialect}", CXX, flags, tu, ".cpp",
                           f"kernel {kernel_name!r} ({dialect} source, CPU harness)", "the CPU (g++)", _bind)
 
 

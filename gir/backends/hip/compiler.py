@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
+from gir.cache import Store
+
 from ..errors import CompileError, ToolchainMissingError
 
 _INSTALL = "run scripts/setup.sh (installs hip-python and Debian's ROCm 5.2 hiprtc packages)"
@@ -79,12 +81,30 @@ def hiprtc_module():
 def compile_hip(source: str, arch: str = "gfx90a", *, name: str = "kernel.hip",
                 options: Sequence[str] = ()) -> HipBinary:
     """Compile for one AMD GPU ("gfx908", "gfx90a"); raises CompileError with the hiprtc log.
-    Do not include hip/hip_fp16.h: hiprtc's built-in headers already define __half."""
+    Do not include hip/hip_fp16.h: hiprtc's built-in headers already define __half. A source
+    compiled before with the same hiprtc and options comes from the compile cache (gir/cache.py)."""
     if not re.fullmatch(r"gfx[0-9a-f]+(:[a-z+-]+)*", arch):
         raise ValueError(f"HIP arch must look like 'gfx90a', got {arch!r}")
     hiprtc = hiprtc_module()
-    ok = hiprtc.hiprtcResult.HIPRTC_SUCCESS
     opts = [f"--offload-arch={arch}", "-O3", "-std=c++17", *options]
+    store = Store("hip", toolchain_version())
+    key = (name, tuple(opts), source)
+    if (built := store.get(key)) is None:
+        built = store[key] = _hiprtc_compile(hiprtc, source, name, arch, opts)
+    code, log = built
+    return HipBinary(arch, code, log, code_object_resources(code))
+
+
+@lru_cache(maxsize=None)
+def toolchain_version() -> str:
+    """hiprtc's version and the library it lives in: part of every cached code object's key."""
+    _, major, minor = hiprtc_module().hiprtcVersion()
+    return f"hiprtc {major}.{minor} ({os.path.realpath(hiprtc_library())})"
+
+
+def _hiprtc_compile(hiprtc, source: str, name: str, arch: str, opts: list[str]) -> tuple[bytes, str]:
+    """(code object, log) of one hiprtc compilation."""
+    ok = hiprtc.hiprtcResult.HIPRTC_SUCCESS
     err, prog = hiprtc.hiprtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     if err != ok:
         raise RuntimeError(f"hiprtcCreateProgram failed: {err}")
@@ -103,8 +123,7 @@ def compile_hip(source: str, arch: str = "gfx90a", *, name: str = "kernel.hip",
         hiprtc.hiprtcGetCode(prog, code)
     finally:
         hiprtc.hiprtcDestroyProgram(prog.createRef())
-    code = _unbundle(bytes(code))
-    return HipBinary(arch, code, log, code_object_resources(code))
+    return _unbundle(bytes(code)), log
 
 
 def _unbundle(blob: bytes) -> bytes:

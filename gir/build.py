@@ -1,0 +1,83 @@
+"""Emit and compile every fused kernel of a plan for its target's backend (NVRTC, hiprtc, cc),
+one step after another or in `jobs` worker processes.
+
+Why processes and not threads: NVRTC and hiprtc release the GIL, but emitting the source is
+Python and holds it (a quarter of a BERT-base build), so only processes scale both. The
+workers are forked: they inherit the plan, so a step's index goes out and only its files and
+launch list come back. Compiled binaries land in the compile cache (gir/cache.py), which
+every worker reads and writes safely.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip", "cpu": ".c"}  # the backends `gir compile` builds
+_COMPILE = {"cuda": "gir.backends.cuda.emitter", "hip": "gir.backends.hip.emitter", "cpu": "gir.backends.cpu.compiler"}
+
+@dataclass
+class BuiltStep:
+    index: int                  # position in plan.steps
+    source: str
+    binaries: dict[str, bytes]  # file suffix (".ptx", ".cubin", ".gfx90a.co") -> contents
+    launches: list[dict]        # per kernel, in launch order: name, grid, block, shared memory, parameters
+
+
+def toolchain_version(target) -> str:
+    """The version of the compiler that builds the target's kernels (a cache key part)."""
+    return importlib.import_module(f"gir.backends.{target.backend}.compiler").toolchain_version()
+
+
+def build_steps(plan, jobs: int = 1, on_built=None) -> list[BuiltStep]:
+    """One BuiltStep per kernel step of `plan`, in plan order. `on_built(done, total, step)` is
+    called as each finishes. Backend errors (CompileError, ResourceError, ToolchainMissingError)
+    propagate unchanged."""
+    global _PLAN
+    indices = [i for i, step in enumerate(plan.steps) if hasattr(step, "graph")]
+    built = []
+    if jobs <= 1 or len(indices) <= 1:
+        for i in indices:
+            built.append(_build_step(plan, i))
+            if on_built:
+                on_built(len(built), len(indices), built[-1])
+        return built
+    _PLAN = plan
+    try:
+        with ProcessPoolExecutor(min(jobs, len(indices)), mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_build_forked, i) for i in indices]
+            try:
+                for future in as_completed(futures):
+                    built.append(future.result())
+                    if on_built:
+                        on_built(len(built), len(indices), built[-1])
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+    finally:
+        _PLAN = None
+    return sorted(built, key=lambda b: b.index)
+
+
+_PLAN = None  # the plan a forked worker builds from
+
+
+def _build_forked(index: int) -> BuiltStep:
+    return _build_step(_PLAN, index)
+
+
+def _build_step(plan, index: int) -> BuiltStep:
+    graph, target = plan.steps[index].graph, plan.target
+    compiled = importlib.import_module(_COMPILE[target.backend]).compile(graph, target)
+    if target.backend == "cuda":
+        binaries = {".ptx": compiled.binary.ptx.encode(), ".cubin": compiled.binary.cubin}
+    elif target.backend == "hip":
+        binaries = {f".{target.arch}.co": compiled.binary.code}
+    else:
+        binaries = {}
+    launches = [{"kernel": k.name, "grid": [k.num_blocks], "block": [k.block_threads], "shared_bytes": k.shared_bytes,
+                 "params": [{"buffer": b.name, "dtype": b.dtype, "elements": b.size, "written": b.name in k.written}
+                            for b in k.params]}
+                for k in compiled.kernels]
+    return BuiltStep(index, compiled.source, binaries, launches)

@@ -1,0 +1,167 @@
+"""The persistent compile cache: one folder ($GIR_CACHE_DIR, default ~/.cache/gir) with one
+subfolder per kind of entry, so that a second compile of a model redoes nothing.
+
+Why these keys: every key holds the GIR release, the kind, and the entry's own inputs. An entry
+computed by GIR's own Python code (a searched and rewritten kernel, a whole compile's outputs)
+is stale as soon as that code changes, so its key also holds `gir_version()`: the release plus
+a digest of the package's source files. An entry that is a compiler's output (PTX, cubin, code
+object, shared library) is a function of the compiler, its flags and the source alone, so its
+key holds the compiler's version, the flags and the full source; what GIR reads out of it (the
+resource report) is parsed again at every load, so a parser fix applies at once. Entries are written under a temporary
+name and renamed, so a reader (another process, another `--jobs` worker) sees a whole entry or
+none; an entry that does not read back (truncated, bit rot, an older format) is a miss and is
+rewritten. A cache that cannot be written (read-only home, full disk) slows GIR down, never
+stops it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import tempfile
+from contextlib import suppress
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+KINDS = {
+    "model": "whole `gir compile` outputs, by model file, target and options",
+    "plan": "searched and rewritten fused kernels, by group structure and target",
+    "cuda": "NVRTC PTX and cubin, by source and architecture",
+    "hip": "hiprtc code objects, by source and architecture",
+    "native": "shared libraries of the CPU backend and of the CPU harness, by source",
+}
+_MAGIC = b"GIRCACHE1\n"
+
+
+def cache_root() -> Path:
+    """$GIR_CACHE_DIR, else $XDG_CACHE_HOME/gir, else ~/.cache/gir."""
+    if root := os.environ.get("GIR_CACHE_DIR"):
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gir"
+
+
+def cache_dir(kind: str) -> Path:
+    """The folder of one kind of entry, created if missing."""
+    if kind not in KINDS:
+        raise KeyError(f"unknown cache kind {kind!r} (known: {', '.join(KINDS)})")
+    folder = cache_root() / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@lru_cache(maxsize=None)
+def gir_release() -> str:
+    try:
+        return metadata.version("gir")
+    except metadata.PackageNotFoundError:  # running from a checkout that was never pip-installed
+        return "0+checkout"
+
+
+@lru_cache(maxsize=None)
+def gir_version() -> str:
+    """The release and a digest of every source file GIR runs (Python and C headers)."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".h")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{gir_release()}+{digest.hexdigest()[:16]}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write under a temporary name in the same folder, then rename over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class Store:
+    """A persistent mapping for one kind of entry: keys are hashed (with `namespace`: the GIR
+    version, the target, the compiler version, ...) into a file name, values are pickled
+    behind a checksum. Supports what `gir.fusion.plan.plan(cache=...)` uses: `in`, `[]`,
+    `[]=`. `hits`, `misses` and `rebuilt` (corrupt entries found) count this object's lookups."""
+
+    def __init__(self, kind: str, *namespace):
+        self.kind, self.namespace = kind, (gir_release(), kind, *namespace)
+        self.hits = self.misses = self.rebuilt = 0
+        self._read: dict = {}
+
+    def _path(self, key) -> Path:
+        text = repr((self.namespace, key))
+        if " object at 0x" in text:  # a default repr differs between runs: the entry would never hit
+            raise TypeError(f"cache key has no stable repr: {text[:200]}")
+        return cache_root() / self.kind / (hashlib.sha256(text.encode()).hexdigest()[:40] + ".pkl")
+
+    def _load(self, key):
+        """(True, value) for a good entry; (False, None) for none or a corrupt one (removed)."""
+        path = self._path(key)
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return False, None
+        head, digest, payload = blob[:len(_MAGIC)], blob[len(_MAGIC):len(_MAGIC) + 32], blob[len(_MAGIC) + 32:]
+        try:
+            if head != _MAGIC or hashlib.sha256(payload).digest() != digest:
+                raise ValueError("checksum")
+            return True, pickle.loads(payload)
+        except Exception:  # noqa: BLE001 -- any unreadable entry is a miss, and is rebuilt
+            self.rebuilt += 1
+            with suppress(OSError):
+                path.unlink()
+            return False, None
+
+    def get(self, key, default=None):
+        if key not in self._read:
+            found, value = self._load(key)
+            if not found:
+                self.misses += 1
+                return default
+            self._read[key] = value
+            self.hits += 1
+        return self._read[key]
+
+    def __contains__(self, key) -> bool:
+        return self.get(key, _ABSENT) is not _ABSENT
+
+    def __getitem__(self, key):
+        value = self.get(key, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key, value) -> None:
+        self._read[key] = value
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            cache_dir(self.kind)
+            write_atomic(self._path(key), _MAGIC + hashlib.sha256(payload).digest() + payload)
+        except OSError:
+            pass  # an unwritable cache only costs the next compile its time
+
+
+_ABSENT = object()
+
+
+def info() -> dict[str, dict]:
+    """Per kind: entries, bytes and folder (what `gir cache info` prints)."""
+    root = cache_root()
+    out = {}
+    for kind in KINDS:
+        files = [p for p in (root / kind).glob("*") if p.is_file() and not p.name.startswith(".tmp-")]
+        out[kind] = {"entries": len(files), "bytes": sum(p.stat().st_size for p in files), "folder": str(root / kind)}
+    return out
+
+
+def clear() -> int:
+    """Remove every entry of every kind; returns the bytes freed. Other files in the root stay."""
+    freed = 0
+    for kind, data in info().items():
+        freed += data["bytes"]
+        shutil.rmtree(cache_root() / kind, ignore_errors=True)
+    return freed

@@ -1,0 +1,116 @@
+"""The native CPU engine: every GIR kernel of a plan emitted as C and built into one shared
+library when the session is created; a run binds pointers and calls the kernels in plan order.
+
+Why one library per plan: one compiler call instead of one per kernel (compile time is
+dominated by starting gcc), and the build cache then keys a whole model. Intermediates and
+kernel-local DRAM buffers live at their planned offsets in one arena, so kernels writing
+disjoint parts of a tensor simply write the same memory, and a view shares its storage.
+Library ops (matmul, conv) run through numpy (BLAS) into their arena slots."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import replace
+
+import numpy as np
+
+from gir.backends.cpu.compiler import build
+from gir.backends.cpu.emitter import CpuEmitter
+from gir.backends.kernels import split_kernels
+from gir.frontend.basic import BasicOp
+from gir.frontend.reference import execute_op
+from gir.ir.dtypes import np_dtype
+
+from .memory import MemoryPlan
+
+
+def emit_plan(emitter, plan) -> tuple[str, list]:
+    """One translation unit with every kernel of the plan, and the launches in plan order:
+    library ops as BasicOps, kernels as (step index, Kernel) with names unique in the plan."""
+    sources, launches = [emitter.prelude()], []
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, BasicOp):
+            launches.append(step)
+            continue
+        for k in split_kernels(step.graph):
+            k = replace(k, name=f"s{i}_{k.name}")
+            sources.append(emitter.kernel_source(k))
+            launches.append((i, k))
+    return "\n".join(sources), launches
+
+
+def locate(plan, memory: MemoryPlan, step: int, buf) -> tuple[str, object]:
+    """Where a kernel's DRAM parameter lives: ("arena", byte offset), ("const", tensor), or
+    ("run", tensor) for an input or output bound at each run."""
+    if buf.role == "temp":
+        return "arena", memory.scratch[step, buf.name]
+    name = plan.aliases.get(buf.name, buf.name)
+    if name in memory.offsets:
+        return "arena", memory.offsets[name]
+    return ("const" if plan.graph.tensors[name].value is not None else "run"), name
+
+
+def output_roots(plan) -> set[str]:
+    """Tensors the outputs are stored in that a run allocates (not inputs or constants)."""
+    g = plan.graph
+    roots = {plan.aliases.get(n, n) for n in g.outputs}
+    return {r for r in roots if r not in g.inputs and g.tensors[r].value is None}
+
+
+class NativeCpuEngine:
+    def __init__(self, plan, memory: MemoryPlan):
+        self.plan, self.memory = plan, memory
+        g = plan.graph
+        source, launches = emit_plan(CpuEmitter(plan.target), plan)
+        lib = build(source, g.model_name)
+        self.arena = np.empty(memory.arena_bytes, np.uint8)
+        self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
+                          for n, t in g.tensors.items() if t.value is not None}
+        self.calls = []
+        for launch in launches:
+            if isinstance(launch, BasicOp):
+                self.calls.append(launch)
+                continue
+            i, k = launch
+            fn = getattr(lib, k.name)
+            fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
+            self.calls.append((fn, [self._address(*locate(plan, memory, i, b)) for b in k.params]))
+        self.fresh = output_roots(plan)
+        self._lock = threading.Lock()  # one arena: runs of one session take turns
+
+    def _address(self, where: str, what):
+        """A fixed address, or the tensor name of a buffer bound at each run."""
+        if where == "arena":
+            return self.arena.ctypes.data + what
+        return self.constants[what].ctypes.data if where == "const" else what
+
+    def _flat(self, name: str, per_run: dict) -> np.ndarray:
+        name = self.plan.aliases.get(name, name)
+        if name in self.memory.offsets:
+            t = self.plan.graph.tensors[name]
+            start = self.memory.offsets[name]
+            return self.arena[start:start + t.size * np_dtype(t.dtype).itemsize].view(np_dtype(t.dtype))
+        return self.constants[name] if name in self.constants else per_run[name]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by name, each an array of its own that later runs leave alone."""
+        g = self.plan.graph
+        per_run = {n: np.ascontiguousarray(feeds[n]).reshape(-1) for n in g.inputs}
+        for root in self.fresh:
+            per_run[root] = np.empty(g.tensors[root].size, np_dtype(g.tensors[root].dtype))
+        pointers = {n: a.ctypes.data for n, a in per_run.items()}
+        with self._lock:
+            for call in self.calls:
+                if isinstance(call, BasicOp):
+                    args = [self._flat(t, per_run).reshape(g.tensors[t].shape) for t in call.inputs]
+                    self._flat(call.outputs[0], per_run)[...] = execute_op(call, g.tensors, args).reshape(-1)
+                else:
+                    fn, slots = call
+                    fn(*[pointers[s] if isinstance(s, str) else s for s in slots])
+        outputs, handed = {}, set()
+        for name in g.outputs:
+            root = self.plan.aliases.get(name, name)
+            value = self._flat(name, per_run).reshape(g.tensors[name].shape)
+            outputs[name] = value if root in self.fresh and root not in handed else value.copy()
+            handed.add(root)
+        return outputs
