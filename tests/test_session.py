@@ -42,12 +42,12 @@ def test_native_session_matches_onnxruntime(name):
 
 def test_native_and_interpreter_engines_agree():
     """gpt2 has what the native engine must get right: kernels writing disjoint parts of one
-    tensor, an output that is a view of an intermediate, kernel-local DRAM partials."""
+    tensor and an output that is a view of an intermediate."""
     model = models.load_bundled("gpt2")
     feeds = models.example_inputs(model, 0)
     native = gir.Session(model, target="cpu", limit=1)
     interpreter = gir.Session(model, target="cpu", engine="interpreter", limit=1)
-    assert native.memory.scratch and any(o in native.plan.aliases for o in native.graph.outputs)
+    assert any(o in native.plan.aliases for o in native.graph.outputs)
     for a, b in zip(native.run(None, feeds), interpreter.run(None, feeds)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(b).max())))
 
