@@ -45,24 +45,35 @@ def _load(path: str):
         raise CliError(str(err)) from None
 
 
-def _plan(args, graph, target):
-    """Plan with the persistent cache of searched kernels (keyed by group structure, target,
-    `--limit` and GIR version)."""
+def _plan_store(args, target):
+    """The persistent cache of searched kernels (keyed by group structure, target, `--limit`
+    and GIR version)."""
     from gir.cache import Store, gir_version
-    from gir.fusion.plan import plan
+    return Store("plan", gir_version(), repr(target), args.limit)
 
+
+def _progress(args):
     def progress(i, n, text):
         if not args.quiet:
             print(f"[{i + 1}/{n}] subgraph: {text}", file=sys.stderr, flush=True)
-    store = Store("plan", gir_version(), repr(target), args.limit)
-    result = plan(graph, target, limit=args.limit, progress=progress, cache=store)
-    _verbose(args, f"plan cache: {store.hits} hit(s), {store.misses} miss(es), {store.rebuilt} corrupt entr(ies) rebuilt")
+    return progress
+
+
+def _plan(args, graph, target):
+    from gir.fusion.plan import plan
+    store = _plan_store(args, target)
+    result = plan(graph, target, limit=args.limit, progress=_progress(args), cache=store)
+    _verbose_cache(args, store)
     return result
 
 
 def _verbose(args, text: str) -> None:
     if args.verbose and not args.quiet:
         print(f"[verbose] {text}", file=sys.stderr, flush=True)
+
+
+def _verbose_cache(args, store):
+    _verbose(args, f"plan cache: {store.hits} hit(s), {store.misses} miss(es), {store.rebuilt} corrupt entr(ies) rebuilt")
 
 
 @contextmanager
@@ -177,20 +188,40 @@ def _read_inputs(path: str, graph) -> dict:
 
 
 def cmd_run(args) -> int:
-    from gir.runtime import execute
+    """Runs through gir.Session: the target's own kernels (C + OpenMP on `cpu`, CUDA or HIP on
+    a GPU) or, with `--engine interpreter`, the reference interpreter on any machine."""
+    from gir.backends.errors import NoDeviceError
+    from gir.runtime import Session
     graph = _load(args.model)
     feeds = _read_inputs(args.inputs, graph) if args.inputs else _random_inputs(graph)
-    result = _plan(args, graph, _target(args.target))
+    target = _target(args.target)
+    store = _plan_store(args, target)
     start = time.perf_counter()
-    outputs = execute(result, feeds)
+    try:
+        with _backend_errors():
+            session = Session(graph, args.target, engine=args.engine, limit=args.limit,
+                              progress=_progress(args), plan_cache=store)
+    except NoDeviceError as err:
+        raise CliError(f"{str(err).splitlines()[0]} (--engine interpreter runs {target.name} kernels on the host)",
+                       EXIT_TOOLCHAIN) from None
+    _verbose_cache(args, store)
+    _verbose(args, f"session ready in {time.perf_counter() - start:.2f} s (plan, memory, build)")
+    start = time.perf_counter()
+    values = session.run(None, feeds)
     seconds = time.perf_counter() - start
+    outputs = dict(zip(graph.outputs, values))
     for name, value in outputs.items():
         print(f"{name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g} max|x| {float(np.max(np.abs(value))):.6g}")
     if not args.quiet:
-        print(f"ran {len(result.kernels)} kernels in the reference interpreter in {seconds:.2f} s", file=sys.stderr)
+        print(f"ran {len(session.plan.kernels)} kernels with the {args.engine} engine on {target.name} in {seconds:.3f} s "
+              f"(arena {_size(session.memory.peak_bytes)})", file=sys.stderr)
     if args.output:
         np.savez(args.output, **outputs)
     return EXIT_OK
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def cmd_compile(args) -> int:
@@ -308,8 +339,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="only the subgraph holding this basic op (shows its GIR and rules)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=cmd_explain)
-    p = sub.add_parser("run", help="run the planned kernels on inputs (reference interpreter)")
+    p = sub.add_parser("run", help="run the model through gir.Session on inputs")
     common(p, "cpu")
+    p.add_argument("--engine", choices=("native", "interpreter"), default="native",
+                   help="native: the target's compiled kernels (default); interpreter: the reference interpreter")
     p.add_argument("--inputs", help=".npz with one array per model input (default: seeded random)")
     p.add_argument("-o", "--output", help="write outputs to this .npz")
     p.set_defaults(fn=cmd_run)

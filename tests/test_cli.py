@@ -42,7 +42,29 @@ def test_run_with_random_and_given_inputs(capsys, tmp_path):
     assert code == 0 and "logits" in out and (tmp_path / "y.npz").exists()
     feeds = models.example_inputs(onnx.load(TINY), 0)
     np.savez(tmp_path / "x.npz", **feeds)
-    assert run_cli(capsys, "run", TINY, "--quiet", "--inputs", str(tmp_path / "x.npz"))[0] == 0
+    assert run_cli(capsys, "run", TINY, "--quiet", "--inputs", str(tmp_path / "x.npz"), "-o", str(tmp_path / "y.npz"))[0] == 0
+    import onnxruntime as ort
+    want = ort.InferenceSession(TINY, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = np.load(tmp_path / "y.npz")
+    assert list(got) == [o.name for o in onnx.load(TINY).graph.output]
+    for name, ref in zip(got, want):
+        np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+def test_run_engines_and_a_gpu_target_without_a_gpu(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "run", TINY, "--engine", "interpreter", "--target", "cuda:sm_90", "-o", str(tmp_path / "i.npz"))
+    assert code == 0 and "interpreter engine on H100" in err
+    code, _, err = run_cli(capsys, "run", TINY, "--quiet", "-o", str(tmp_path / "n.npz"))
+    for name, value in np.load(tmp_path / "i.npz").items():
+        np.testing.assert_allclose(np.load(tmp_path / "n.npz")[name], value, rtol=1e-5, atol=1e-5)
+    from gir.backends.errors import NoDeviceError
+    from gir.runtime.device import open_launcher
+    try:
+        open_launcher("cuda")
+        pytest.skip("a CUDA device is here, so the no-device error cannot be shown")
+    except NoDeviceError:
+        pass
+    one_line_error(capsys, 3, "run", TINY, "--quiet", "--target", "cuda:sm_90", match="--engine interpreter")
 
 
 @pytest.mark.parametrize("target,suffix,binary", [("cuda:sm_90", ".cu", ".cubin"), ("hip:gfx90a", ".hip", ".gfx90a.co"),

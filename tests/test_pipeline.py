@@ -121,3 +121,34 @@ def test_lowered_batched_matmul_is_one_kernel():
     rng = np.random.default_rng(3)
     feeds = {"a": rng.standard_normal((12, 32, 16)).astype(np.float32), "b": rng.standard_normal((12, 16, 32)).astype(np.float32)}
     np.testing.assert_allclose(execute(p, feeds)["y"], feeds["a"] @ feeds["b"], rtol=1e-4, atol=1e-5)
+
+
+def test_conv_over_a_channel_shuffle_reads_the_split_compactly():
+    """ShuffleNet's concat -> channel shuffle -> split -> 1x1 conv: the split half is no single
+    affine view of one tensor (mixed-radix channels), so the conv's window cannot fold through
+    it. The half is written once, compactly, and the conv reads it through its window; nothing
+    writes the window expanded over output channels (8x the half), and the numbers match."""
+    c, hw = 8, 6
+    rng = np.random.default_rng(4)
+    a, b = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, hw, hw]) for n in "ab")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 2, c, hw, hw]), "s5"),
+             numpy_helper.from_array(np.array([1, 2 * c, hw, hw]), "s4")]
+    nodes = [helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Reshape", ["cat", "s5"], ["r5"]),
+             helper.make_node("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t5", "s4"], ["shuffled"]),
+             helper.make_node("Split", ["shuffled"], ["half0", "half1"], axis=1, num_outputs=2),
+             helper.make_node("Conv", ["half1", "w"], ["conv"]),
+             helper.make_node("Relu", ["conv"], ["y"])]
+    graph_proto = helper.make_graph(nodes, "shuffle", [a, b], [y], inits)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    graph = load(model)
+    p = plan(graph, get_target("h100"), limit=2)
+    half = c * hw * hw * 4
+    assert not p.partition.library
+    assert max(b.nbytes for k in p.kernels for b in k.graph.buffers.values() if b.role == "output") <= half
+    assert sum(s.gir_bytes for s in p.subgraphs) <= sum(s.bound_bytes for s in p.subgraphs) + 2 * half
+    feeds = {n: rng.standard_normal((1, c, hw, hw)).astype(np.float32) for n in "ab"}
+    np.testing.assert_allclose(execute(p, feeds)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)

@@ -120,6 +120,18 @@ def _compose(p: Piece, dims, start, tshape):
     return Piece(tuple(lo), tuple(hi), p.source, offset, strides)
 
 
+def single_view(content: Content, shape: tuple, strides: tuple):
+    """(source, offset, strides over `shape`) when reading `content` with `strides` is one
+    affine read of one source tensor; None otherwise."""
+    seen = reindex(content, 0, shape, strides)
+    if seen is None or seen.shape != tuple(shape) or len(seen.pieces) != 1:
+        return None
+    p = seen.pieces[0]
+    if p.lo != (0,) * len(shape) or p.hi != tuple(shape):
+        return None
+    return p.source, p.offset, p.strides
+
+
 def _outer_of_radix(users, dims):
     """If the view dimensions sharing one tensor dimension form a mixed radix (each step the
     product of the faster ones' sizes), the slowest one: a piece edge on a multiple of its
@@ -163,13 +175,14 @@ class Composition:
     absorbed: list[BasicOp]        # movement ops no longer executed on their own
     written: list[str]             # composed tensors that must exist in DRAM
     aliases: dict[str, str]        # composed tensors that are another tensor's storage as is
+    materialized: set[str]         # written compactly so that an expanding layout folds (below)
 
 
 def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
     """Compose every movement op of `ops` (default: all) whose inputs' contents are known."""
     ops = graph.ops if ops is None else ops
     contents: dict[str, Content] = {}
-    absorbed, needed = [], set(graph.outputs)
+    absorbed, needed, materialized = [], set(graph.outputs), set()
 
     def content_of(name):
         return contents.get(name) or identity(name, graph.tensors[name].shape)
@@ -181,7 +194,16 @@ def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
             result = content_of(op.inputs[0])
         elif op.kind == "layout":
             a = op.attrs
-            result = reindex(content_of(op.inputs[0]), a["offset"], a["shape"], a["strides"])
+            source, shape = content_of(op.inputs[0]), graph.tensors[op.inputs[0]].shape
+            if prod(a["shape"]) > prod(shape) and single_view(source, shape, contiguous_strides(shape)) is None:
+                # An expanding layout (a broadcast, a conv window) of a tensor that is no single
+                # affine view of one source (pieces of a concat; a channel shuffle's mixed-radix
+                # channels): composed through, no consumer could fold it and it would be written
+                # expanded (a 1x1 conv's window: 58x its input). The input is written compactly
+                # instead and the layout reads it through one view that its consumer folds.
+                source = identity(op.inputs[0], shape)
+                materialized.add(op.inputs[0])
+            result = reindex(source, a["offset"], a["shape"], a["strides"])
         elif op.kind == "concat":
             shapes = [graph.tensors[t].shape for t in op.inputs]
             result = concat([content_of(t) for t in op.inputs], shapes, op.attrs["axis"], graph.tensors[out].shape)
@@ -190,6 +212,7 @@ def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
             continue
         contents[out] = result
         absorbed.append(op)
+    needed |= materialized
     absorbed_ids = {id(op) for op in absorbed}
     for op in graph.ops:
         if id(op) not in absorbed_ids:
@@ -197,7 +220,7 @@ def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
     aliases = {t: src for t, c in contents.items()
                if (src := _storage_of(c)) is not None and graph.tensors[src].size == graph.tensors[t].size}
     written = [t for t in contents if t in needed and t not in aliases]
-    return Composition(contents, absorbed, written, aliases)
+    return Composition(contents, absorbed, written, aliases, materialized)
 
 
 def _storage_of(content: Content) -> str | None:

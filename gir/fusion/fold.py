@@ -10,7 +10,7 @@ from gir.frontend.basic import BasicGraph, BasicOp, contiguous_strides
 from gir.templates import Candidates, candidates, elementwise, reduce
 from gir.templates.common import broadcast_strides
 
-from .compose import Composition, reindex
+from .compose import Composition, single_view
 from .padfold import ConstantPad, constant_pad, fold_pad
 
 
@@ -18,15 +18,7 @@ def view_of(comp: Composition, tensor: str, shape: tuple, strides: tuple):
     """(source, offset, strides over `shape`) when reading `tensor` with `strides` is one
     affine read of one source tensor; None otherwise."""
     content = comp.contents.get(tensor)
-    if content is None:
-        return None
-    seen = reindex(content, 0, shape, strides)
-    if seen is None or seen.shape != tuple(shape) or len(seen.pieces) != 1:
-        return None
-    p = seen.pieces[0]
-    if p.lo != (0,) * len(shape) or p.hi != tuple(shape):
-        return None
-    return p.source, p.offset, p.strides
+    return None if content is None else single_view(content, shape, strides)
 
 
 def folded(op: BasicOp, graph: BasicGraph, comp: Composition, target) -> tuple[Candidates, set[str]] | None:

@@ -127,7 +127,7 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     for op in rest:
         cands_for(op)
     still_read = {t for op in g.ops if id(op) not in absorbed for t in op.inputs
-                  if t not in unread.get(op.name, set())} | set(g.outputs)
+                  if t not in unread.get(op.name, set())} | set(g.outputs) | comp.materialized
     comp.written = [t for t in comp.written if t in still_read]
     views = {id(op) for op in comp.absorbed if op.kind == "view"}  # pure aliases: not readers
     kernels = []
@@ -143,7 +143,19 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     unfused = sum(_nbytes(g, set(op.inputs) | set(op.outputs)) for op in ops if op.kind != "view")
     gir = sum(k.estimate.dram_bytes for k in kernels)
     accessed = sum(sum(level_bytes(k.graph).values()) for k in kernels)
-    return Subgraph(ops, kernels, unfused, gir, _nbytes(g, external | escaping), accessed)
+    bound = _nbytes(g, escaping) + sum(_compulsory_read(g, ops, t, aliases) for t in external - escaping)
+    return Subgraph(ops, kernels, unfused, gir, bound, accessed)
+
+
+def _compulsory_read(g: BasicGraph, ops: list[BasicOp], name: str, aliases) -> int:
+    """Bytes of an external input that any plan must read: all of it, except a table only
+    gathered from (an embedding), of which at most the gathered rows."""
+    readers = [op for op in ops if name in {aliases.get(t, t) for t in op.inputs}]
+    whole = _nbytes(g, [name])
+    if readers and all(op.kind == "gather" and aliases.get(op.inputs[0], op.inputs[0]) == name
+                       and name not in {aliases.get(t, t) for t in op.inputs[1:]} for op in readers):
+        return min(whole, _nbytes(g, {op.outputs[0] for op in readers}))
+    return whole
 
 
 def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies, unread) -> bool:

@@ -2,7 +2,7 @@
 (NVRTC, hiprtc) and launched through the backend's Launcher, intermediates at their planned
 offsets in one device arena.
 
-Library ops (matmul, conv) run on the host through numpy, their operands copied over: no
+Library ops (matmul, conv) run on the host through numpy (library.py), operands copied over: no
 cuBLAS binding is installed (cuda-bindings 13.0 has none) and Debian's ROCm 5.2 ships no
 hipBLAS library for hip-python's binding. Correct, not fast; the vendor library is the
 place to improve. Sessions open the launcher before planning, so without a GPU the error (the
@@ -16,9 +16,9 @@ import numpy as np
 from gir.backends.kernels import check_resources, check_shared
 from gir.backends.launcher_base import DeviceBuffer, Launcher
 from gir.frontend.basic import BasicOp
-from gir.frontend.reference import execute_op
 from gir.ir.dtypes import np_dtype
 
+from .library import run_library_op
 from .memory import MemoryPlan
 from .native import emit_plan, locate, output_roots
 
@@ -105,7 +105,7 @@ class DeviceEngine:
                     if isinstance(call, BasicOp):
                         launcher.synchronize()
                         args = [self._download(t, per_run) for t in call.inputs]
-                        launcher.upload(self._tensor(call.outputs[0], per_run), execute_op(call, g.tensors, args))
+                        launcher.upload(self._tensor(call.outputs[0], per_run), run_library_op(call, g.tensors, args))
                     else:
                         kernel, blocks, threads, shared, slots = call
                         launcher.launch(kernel, blocks, threads, shared,

@@ -5,7 +5,7 @@ Why one library per plan: one compiler call instead of one per kernel (compile t
 dominated by starting gcc), and the build cache then keys a whole model. Intermediates and
 kernel-local DRAM buffers live at their planned offsets in one arena, so kernels writing
 disjoint parts of a tensor simply write the same memory, and a view shares its storage.
-Library ops (matmul, conv) run through numpy (BLAS) into their arena slots."""
+Library ops (matmul, conv) run through numpy (BLAS, library.py) into their arena slots."""
 from __future__ import annotations
 
 import ctypes
@@ -18,9 +18,9 @@ from gir.backends.cpu.compiler import build
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import split_kernels
 from gir.frontend.basic import BasicOp
-from gir.frontend.reference import execute_op
 from gir.ir.dtypes import np_dtype
 
+from .library import run_library_op
 from .memory import MemoryPlan
 
 
@@ -103,7 +103,7 @@ class NativeCpuEngine:
             for call in self.calls:
                 if isinstance(call, BasicOp):
                     args = [self._flat(t, per_run).reshape(g.tensors[t].shape) for t in call.inputs]
-                    self._flat(call.outputs[0], per_run)[...] = execute_op(call, g.tensors, args).reshape(-1)
+                    self._flat(call.outputs[0], per_run)[...] = run_library_op(call, g.tensors, args).reshape(-1)
                 else:
                     fn, slots = call
                     fn(*[pointers[s] if isinstance(s, str) else s for s in slots])

@@ -58,15 +58,17 @@ class Session:
     InferenceSession (a BasicGraph already loaded is accepted too). Kernels are compiled when
     the session is created. Engines: "native" (the target's own code: C + OpenMP on the CPU,
     CUDA or HIP on a GPU, NoDeviceError where there is none) or "interpreter" (the reference
-    interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse."""
+    interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse.
+    `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one)."""
 
-    def __init__(self, model, target: str = "cpu", engine: str = "native", limit: int = 2, progress=None):
+    def __init__(self, model, target: str = "cpu", engine: str = "native", limit: int = 2, progress=None,
+                 plan_cache=None):
         self.graph = model if isinstance(model, BasicGraph) else load(model)
         if engine not in ENGINES:
             raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
         self.target = get_target(target)
         make_engine = _engine_factory(engine, self.target, self.graph.model_name)
-        self.plan = plan(self.graph, self.target, limit=limit, progress=progress)
+        self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
         self.memory = plan_memory(self.plan)
         self.engine = make_engine(self.plan, self.memory)
 
