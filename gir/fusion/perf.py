@@ -4,7 +4,7 @@ time = max(DRAM, on-chip shared traffic, arithmetic) + block barriers + kernel l
 DRAM bandwidth derated when too few units run to keep the memory system busy. Occupancy comes
 from the registers and shared memory each unit needs. The constants below are modelling
 assumptions, not measurements; the ranking they produce is what the search uses, and
-`scripts/bench_perf_model.py` checks the ranking against measured times.
+`scripts/perf_model_rank.py` checks the ranking against measured times.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gir.ir.target import DRAM, SHARED
 from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
 
 REGISTER_FILE_BYTES = 256 * 1024   # per SM / CU (64K 32-bit registers on NVIDIA and CDNA)
-SATURATING_UNITS = 16              # resident units per processor that keep DRAM busy
+SATURATING_UNITS = 16              # resident units per processor that keep a GPU's DRAM busy
 BARRIER_SECONDS = 40e-9            # one block barrier, per wave of blocks
 CACHED_REREAD_SPEEDUP = 3.0        # repeated DRAM reads (broadcast operands) served by L2
 
@@ -29,6 +29,7 @@ class Estimate:
     kernels: int
     occupancy: float    # resident units per processor / max
     bound: str          # what dominates: dram, shared, compute, launch
+    parts: dict | None = None  # seconds per term: dram, shared, compute, barrier, launch
 
     def __str__(self):
         return f"{self.seconds * 1e6:.2f} us ({self.bound}-bound, {self.kernels} kernel(s), occupancy {self.occupancy:.0%})"
@@ -47,7 +48,8 @@ def estimate(graph: GIRGraph) -> Estimate:
         resident = min(resident, (t.shared_bytes_per_block // smem) * prim.units_per_block)
     resident = max(resident, 1)
     concurrent = min(prim.num_units, resident * t.processors)
-    efficiency = min(1.0, concurrent / (SATURATING_UNITS * t.processors))
+    saturating = min(SATURATING_UNITS, t.max_units_per_processor)  # a CPU core: its one thread
+    efficiency = min(1.0, concurrent / (saturating * t.processors))
     dram_s = unique / (t.dram_bandwidth * efficiency) + (accesses - unique) / (t.dram_bandwidth * CACHED_REREAD_SPEEDUP)
     shared_s = shared / t.level(SHARED).bandwidth_bytes_per_s if shared else 0.0
     compute_s = flops / t.peak_flops
@@ -56,10 +58,12 @@ def estimate(graph: GIRGraph) -> Estimate:
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
     parts = {"dram": dram_s, "shared": shared_s, "compute": compute_s}
     bound = max(parts, key=parts.get)
-    seconds = max(parts.values()) + barriers * waves * BARRIER_SECONDS + kernels * t.launch_latency_s
-    if kernels * t.launch_latency_s > max(parts.values()):
+    overlapped = max(parts.values())
+    parts |= {"barrier": barriers * waves * BARRIER_SECONDS, "launch": kernels * t.launch_latency_s}
+    if parts["launch"] > overlapped:
         bound = "launch"
-    return Estimate(seconds, unique, kernels, resident / t.max_units_per_processor, bound)
+    return Estimate(overlapped + parts["barrier"] + parts["launch"], unique, kernels,
+                    resident / t.max_units_per_processor, bound, parts)
 
 
 def _flops(graph: GIRGraph) -> int:

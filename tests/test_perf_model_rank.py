@@ -1,0 +1,39 @@
+"""scripts/perf_model_rank.py on a small LayerNorm: every candidate it times computes the right
+numbers, and the rank statistics are numbers. No threshold on tau and no timing assertion: on a
+shared 2-core machine the measured order is noise-prone (the script reports its noise floor)."""
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "perf_model_rank.py"
+
+
+@pytest.fixture(scope="module")
+def rank():
+    spec = importlib.util.spec_from_file_location("perf_model_rank", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tau_b_counts_ties_as_neither(rank):
+    assert rank.kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    assert rank.kendall_tau_b([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert list(rank.ranks([3.0, 1.0, 3.0])) == [2.5, 1.0, 2.5]
+
+
+def test_small_layernorm_candidates_are_correct_and_ranked(rank):
+    result = rank.run("layernorm", shape=(1, 8, 64), count=8, rounds=2, per_round=3)
+    assert result["skipped"] == []
+    assert len(result["rows"]) == 8
+    assert result["rows"][0]["search_pick"]
+    assert any("not rewritten" in r["candidate"] for r in result["rows"])
+    a = result["agreement"]
+    for key in ("kendall_tau_b", "spearman"):
+        assert -1.0 <= a[key] <= 1.0
+    assert all(r["model"]["seconds"] > 0 and r["measured"]["median_s"] > 0 for r in result["rows"])
+    assert "Kendall tau-b" in rank.note(result, "pytest")
