@@ -4,8 +4,8 @@ depthwise/grouped convolutions, whose arithmetic intensity is below the ridge po
 
 Both return the replacement ops (the caller splices them in place of ``op``; ``splice`` does
 it) and add their intermediate tensors to ``graph.tensors``. The last op writes op's output.
-Nothing is constant-folded except free views: folding a stride-0 expansion of a weight would
-materialise copies of it.
+Nothing is constant-folded except free views and a constant B's transpose (same size, read
+along K): folding a stride-0 expansion of a weight would materialise copies of it.
 """
 from __future__ import annotations
 
@@ -67,7 +67,15 @@ def lower_matmul(op: BasicOp, graph: BasicGraph) -> list[BasicOp]:
     sb_full = _batch_strides(sb2, batch)
     ka, kb = contiguous_strides(sa2), contiguous_strides(sb2)
     la = b.layout(va, 0, full, sa_full + [ka[-2], 0, ka[-1]], step="expand_a")
-    lb = b.layout(vb, 0, full, sb_full + [0, kb[-1], kb[-2]], step="expand_b")
+    weight = b.value(vb)
+    if weight is not None and n > 1 and k > 1:
+        # A constant B is stored transposed, so the reduction over K reads contiguous memory
+        # (a matrix-vector product's weight otherwise is read down its columns).
+        vb = b.constant(np.ascontiguousarray(np.swapaxes(weight, -1, -2)), b.dtype(vb), step="weight_T")
+        kt = contiguous_strides(b.shape(vb))
+        lb = b.layout(vb, 0, full, sb_full + [0, kt[-2], kt[-1]], step="expand_b")
+    else:
+        lb = b.layout(vb, 0, full, sb_full + [0, kb[-1], kb[-2]], step="expand_b")
     prod = b.elementwise(call("mul", x0, x1), [la, lb], step="mul", shape=full)
     red_shape = batch + (m, n)
     if red_shape == tuple(graph.tensors[out].shape):

@@ -167,6 +167,10 @@ class Box:
         return prod(self.shape)
 
 
+def row_elements_per_lane(target: Target) -> int:
+    return max(32, target.register_bytes_per_lane // (16 * 4))
+
+
 def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, int, int, int]]:
     """(structure, rows, chunk, units_per_block, whole) worth trying for a pointwise output: a
     chunk of the last dimension per unit (1-8 elements per lane), or whole short rows several
@@ -175,8 +179,10 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     upbs = [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
     out = []
     # Whole rows first: they tile a row exactly as a unit (or block) reduction of that row does,
-    # so a fused group's load slices agree and the rewrites can keep data in registers.
-    if last <= 32 * lanes:
+    # so a fused group's load slices agree and the rewrites can keep data in registers. Up to 32
+    # elements per lane; more where registers are plentiful (a CPU thread's are its stack), room
+    # left for 16 such rows live at once.
+    if last <= row_elements_per_lane(target) * lanes:
         out += [("row", 1, last, u, 0) for u in upbs]
     out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs[1:]]
     for elems_per_lane in (1, 2, 4, 8):
@@ -188,7 +194,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # Whole trailing windows (channels x kernel rows x kernel columns of a lowered conv): the
     # group a reduction over several axes reads, so the product feeding it can fuse with it.
     for whole in range(1, len(dims) - 1):
-        if prod(dims[-2 - whole:]) > 32 * lanes:
+        if prod(dims[-2 - whole:]) > row_elements_per_lane(target) * lanes:
             break
         out += [("window", dims[-2], last, u, whole) for u in upbs]
     # One element per unit, last: poor alone (idle lanes), but it is the tiling of a reduction
