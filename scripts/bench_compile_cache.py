@@ -36,15 +36,31 @@ import models
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def compile_once(model: str, target: str, jobs: int, work: str, cache: str) -> dict:
+def snapshot_gir(work: str) -> None:
+    """A copy of the gir package under WORK/src, the one compile_once runs: the GIR version in
+    the cache keys is a digest of the sources, so an edit to the checkout during the runs would
+    otherwise turn warm runs cold."""
+    shutil.copytree(os.path.join(ROOT, "gir"), os.path.join(work, "src", "gir"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+
+class CompileFailed(RuntimeError):
+    """`gir compile` exited non-zero; the message is its last line of stderr."""
+
+
+def compile_once(model: str, target: str, jobs: int, work: str, cache: str, limit: int | None = None) -> dict:
+    """`limit`: gir compile's --limit (its own default when None)."""
     start = time.perf_counter()
+    options = ["--limit", str(limit)] if limit is not None else []
     proc = subprocess.run([sys.executable, "-m", "gir.cli", "compile", model, "--target", target, "-o",
-                           os.path.join(work, "out"), "--jobs", str(jobs), "--verbose"], capture_output=True, text=True,
+                           os.path.join(work, "out"), "--jobs", str(jobs), "--verbose", *options],
+                          capture_output=True, text=True,
                           cwd=work, env={**os.environ, "GIR_CACHE_DIR": os.path.join(work, cache),
                                          "PYTHONPATH": os.path.join(work, "src")})
     seconds = time.perf_counter() - start
     if proc.returncode:
-        sys.exit(f"bench_compile_cache: gir compile failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1]}")
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no message"
+        raise CompileFailed(f"gir compile failed ({proc.returncode}): {last}")
 
     def number(pattern):
         found = re.search(pattern, proc.stderr)
@@ -75,8 +91,7 @@ def main():
     ap.add_argument("--json", default="results/compile_cache.json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gir-bench-cache-") as work:
-        shutil.copytree(os.path.join(ROOT, "gir"), os.path.join(work, "src", "gir"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        snapshot_gir(work)
         model = os.path.abspath(args.model) if args.model else os.path.join(work, "bert.onnx")
         if not args.model:
             onnx.save(models.build("bert"), model)
@@ -86,7 +101,10 @@ def main():
         for name, path, jobs, cache in (("cold", model, args.jobs, "cache"), ("warm", model, args.jobs, "cache"),
                                         ("same structure, other weights", variant, args.jobs, "cache"),
                                         ("cold, parallel build", model, args.parallel_jobs, "cache-parallel")):
-            runs[name] = compile_once(path, args.target, jobs, work, cache)
+            try:
+                runs[name] = compile_once(path, args.target, jobs, work, cache)
+            except CompileFailed as err:
+                sys.exit(f"bench_compile_cache: {err}")
             print(f"{name}: {runs[name]['seconds']} s", file=sys.stderr, flush=True)
     cold = runs["cold"]["seconds"]
     lines = [f"# Compile cache: BERT-base, `gir compile --target {args.target}`", "",

@@ -20,8 +20,14 @@ import onnxruntime as ort
 
 import gir
 import models
+from gir.frontend.errors import one_line
 
 TOLERANCE = 1e-4
+
+
+def failure(err: Exception) -> str:
+    """An exception as one short line, for a table cell."""
+    return f"{type(err).__name__}: {one_line(err)[:160]}"
 
 
 def median_ms(fn, runs: int) -> float:
@@ -34,23 +40,34 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def check(name: str, tiny: bool, runs: int, limit: int) -> dict:
-    model = models.load_bundled(name) if tiny else models.build(name)
-    feeds = models.example_inputs(model, 0)
+def errors(got: list, want: list) -> tuple[float, float]:
+    """Worst over the outputs: max |got - want|, and that over max |want| of the same output."""
+    diffs = [np.abs(g.astype(np.float64) - w) for g, w in zip(got, want)]
+    abs_err = max(float(d.max()) for d in diffs)
+    rel_err = max(float(d.max()) / max(float(np.abs(w).max()), 1e-30) for d, w in zip(diffs, want))
+    return abs_err, rel_err
+
+
+def compare(model, feeds: dict, runs: int, limit: int) -> tuple[dict, gir.Session]:
+    """gir.Session (CPU, native engine) against onnxruntime on `feeds`: errors and median latencies,
+    and the session (its plan says what GIR ran)."""
     start = time.perf_counter()
     session = gir.Session(model, target="cpu", limit=limit)
     compile_s = time.perf_counter() - start
     got = session.run(None, feeds)
     reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = reference.run(None, feeds)
-    abs_err = max(float(np.abs(g.astype(np.float64) - w).max()) for g, w in zip(got, want))
-    rel_err = max(float(np.abs(g.astype(np.float64) - w).max() / max(float(np.abs(w).max()), 1e-30))
-                  for g, w in zip(got, want))
+    abs_err, rel_err = errors(got, want)
     return {"plan_s": session.plan.search_seconds, "compile_s": compile_s,
             "kernels": len(session.plan.kernels), "peak_mb": session.memory.peak_bytes / 1e6,
             "unshared_mb": session.memory.unshared_bytes / 1e6, "abs": abs_err, "rel": rel_err,
             "gir_ms": median_ms(lambda: session.run(None, feeds), runs),
-            "ort_ms": median_ms(lambda: reference.run(None, feeds), runs)}
+            "ort_ms": median_ms(lambda: reference.run(None, feeds), runs)}, session
+
+
+def check(name: str, tiny: bool, runs: int, limit: int) -> dict:
+    model = models.load_bundled(name) if tiny else models.build(name)
+    return compare(model, models.example_inputs(model, 0), runs, limit)[0]
 
 
 HEADER = ("| model | max abs err | max rel err | ok | GIR ms | ORT ms | plan s | session s | kernels | arena MB (unshared) |\n"
@@ -84,7 +101,7 @@ def main():
         try:
             result = check(name, args.tiny, args.runs, args.limit)
         except Exception as err:  # noqa: BLE001 -- one failing model is a row, not the end of the check
-            result = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"}
+            result = {"error": failure(err)}
         rows.append(row(name, result))
         print(rows[-1], flush=True)
     variant = "bundled tiny variants" if args.tiny else "full size (models.build)"

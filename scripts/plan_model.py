@@ -20,17 +20,19 @@ COLUMNS = ("model", "target", "library ops", "subgraphs", "kernels", "one-kernel
            "bound MB", "GIR/bound", "modelled ms", "load s", "plan s")
 
 
-def measure(name: str, target: str, limit: int) -> dict:
+def measure(name: str, target: str, limit: int, model=None) -> dict:
+    """`model`: the ModelProto of `name` when the caller has it already (else it is built)."""
     start = time.perf_counter()
-    graph = load(models.build(name))
+    graph = load(models.build(name) if model is None else model)
     loaded = time.perf_counter() - start
     start = time.perf_counter()
     p = plan(graph, get_target(target), limit=limit)
     planned = time.perf_counter() - start
     gir = sum(s.gir_bytes for s in p.subgraphs)
     bound = sum(s.bound_bytes for s in p.subgraphs)
-    return {"model": name, "target": target, "library_ops": len(p.partition.library), "subgraphs": len(p.subgraphs),
-            "kernels": len(p.kernels), "unfused_bytes": sum(s.unfused_bytes for s in p.subgraphs), "gir_bytes": gir,
+    return {"model": name, "target": target, "basic_ops": len(graph.ops), "library_ops": len(p.partition.library),
+            "subgraphs": len(p.subgraphs), "kernels": len(p.kernels),
+            "unfused_bytes": sum(s.unfused_bytes for s in p.subgraphs), "gir_bytes": gir,
             "gir_access_bytes": sum(s.gir_access_bytes for s in p.subgraphs), "bound_bytes": bound,
             "gir_over_bound": round(gir / bound, 3) if bound else None,
             "modelled_seconds": sum(k.estimate.seconds for k in p.kernels), "load_seconds": round(loaded, 2),
