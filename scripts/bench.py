@@ -222,7 +222,8 @@ MODEL_NOTES = """- ONNX nodes: nodes of the model; basic ops: operators after GI
   DRAM columns are the plan for {target} (`--limit {limit}`), from `scripts/plan_model.py`:
   one-kernel-per-op reads every input and writes every output of each operator; GIR counts
   each distinct element a fused kernel touches once; the bound reads each subgraph's external
-  inputs once and writes its escaping outputs once.
+  inputs once (of a table only gathered from, the gathered rows) and writes its escaping
+  outputs once.
 - compile cold / warm: wall-clock seconds of `gir compile MODEL --target {target} --limit {limit}`
   in a fresh process, first with an empty `GIR_CACHE_DIR` made for the model, then again with
   the same cache (a whole-model cache hit); it includes Python start-up, planning and NVRTC.

@@ -63,7 +63,7 @@ def main():
         header = (f"Produced by `PYTHONPATH=. python scripts/plan_model.py --targets {' '.join(args.targets)} --out {args.out}` "
                   f"on {date.today()} ({platform.machine()}, {platform.processor() or 'cpu'}; plan time on this machine). "
                   "GIR MB counts each distinct DRAM element a kernel touches once (re-reads assumed served by L2); "
-                  "the bound reads each subgraph's external inputs once and writes its escaping outputs once.\n\n")
+                  "the bound reads each subgraph's external inputs once (of a table only gathered from, the gathered rows) and writes its escaping outputs once.\n\n")
         table = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
         table += "".join("| " + " | ".join(row(r)) + " |\n" for r in results)
         Path(args.out + ".md").write_text(header + table)
