@@ -28,6 +28,11 @@ class GIRGraph:
     buffers: dict[str, Buffer] = field(default_factory=dict)
     graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     _next_id: int = 0
+    # Dependency state after the last node in program order (last writer, readers since), so
+    # that appending a node adds its own edges instead of rebuilding all (planning builds
+    # graphs op by op); and the cached program order. Both are reset by any other mutation.
+    _tail: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _order: list | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- building -------------------------------------------------------------------------
     def buffer(self, name: str, level: str, size: int | tuple, dtype: str = "float32", role: str = "temp") -> Buffer:
@@ -50,14 +55,21 @@ class GIRGraph:
                 self.prim.check_variables(expr)
         node = self._next_id
         self._next_id += 1
-        self.graph.add_node(node, op=op, order=float(node))
-        self._rebuild_edges()
+        self.graph.add_node(node, op=op, order=float(node))  # after every node: ids only grow
+        if self._tail is None:
+            self._rebuild_edges()
+        else:
+            self._link(node, *self._tail)
+            if self._order is not None:
+                self._order.append(node)
         return node
 
     # -- program order and queries ------------------------------------------------------
     def order(self) -> list[int]:
         """Deterministic topological order: program order among independent nodes."""
-        return list(nx.lexicographical_topological_sort(self.graph, key=lambda n: self.graph.nodes[n]["order"]))
+        if self._order is None:
+            self._order = list(nx.lexicographical_topological_sort(self.graph, key=lambda n: self.graph.nodes[n]["order"]))
+        return list(self._order)
 
     def ops(self) -> list[tuple[int, GOp]]:
         return [(n, self.graph.nodes[n]["op"]) for n in self.order()]
@@ -117,23 +129,28 @@ class GIRGraph:
         readers: dict[str, list[int]] = {}
         by_order = sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["order"])
         for node in by_order:
-            op = self.graph.nodes[node]["op"]
-            reads = [op.slice] if isinstance(op, Sync) else list(op.reads())
-            writes = [op.slice] if isinstance(op, Sync) else list(op.writes())
-            for s in reads:
-                src = last_writer.get(s.buffer)
-                if src is not None and src != node:
-                    self._edge(src, node, "raw", s)
-                readers.setdefault(s.buffer, []).append(node)
-            for s in writes:
-                for r in readers.get(s.buffer, []):
-                    if r != node:
-                        self._edge(r, node, "war", s)
-                src = last_writer.get(s.buffer)
-                if src is not None and src != node:
-                    self._edge(src, node, "waw", s)
-                last_writer[s.buffer] = node
-                readers[s.buffer] = []
+            self._link(node, last_writer, readers)
+        self._tail, self._order = (last_writer, readers), None
+
+    def _link(self, node: int, last_writer: dict, readers: dict) -> None:
+        """Edges into `node` from the nodes before it, given their state; updates the state."""
+        op = self.graph.nodes[node]["op"]
+        reads = [op.slice] if isinstance(op, Sync) else list(op.reads())
+        writes = [op.slice] if isinstance(op, Sync) else list(op.writes())
+        for s in reads:
+            src = last_writer.get(s.buffer)
+            if src is not None and src != node:
+                self._edge(src, node, "raw", s)
+            readers.setdefault(s.buffer, []).append(node)
+        for s in writes:
+            for r in readers.get(s.buffer, []):
+                if r != node:
+                    self._edge(r, node, "war", s)
+            src = last_writer.get(s.buffer)
+            if src is not None and src != node:
+                self._edge(src, node, "waw", s)
+            last_writer[s.buffer] = node
+            readers[s.buffer] = []
 
     def _edge(self, a: int, b: int, kind: str, s: Slice) -> None:
         if self.graph.has_edge(a, b):
