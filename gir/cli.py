@@ -2,7 +2,7 @@
 
 Every failure a user can cause (missing or corrupt file, unsupported op, bad target, bad
 inputs, bad usage, missing toolchain) ends as one line on stderr and a documented exit code:
-0 ok, 1 bad input or usage, 2 unsupported model, 3 toolchain missing, 4 internal error.
+0 ok, 1 bad input or usage, 2 unsupported model, 3 toolchain or GPU device missing, 4 internal error.
 Planning, compiling and whole compiles go through the persistent compile cache (gir/cache.py).
 """
 from __future__ import annotations
