@@ -31,6 +31,7 @@ import models
 from bench_compile_cache import CompileFailed, compile_once, snapshot_gir
 from check_zoo import TOLERANCE, compare, failure
 from plan_model import measure
+from perf_model_rank import cpu_name
 
 SEVEN = [n for n in models.MODELS if n != "gpt2_b128"]  # gpt2_b128: the batch-128 variant of gpt2
 TOP_REGIONS = 3
@@ -136,13 +137,7 @@ def time_regions(name: str, model, partition, feeds: dict, args) -> dict:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cores": os.cpu_count(), "cpu": cpu, "load_average": os.getloadavg()[0],
+    return {"platform": platform.platform(), "cores": os.cpu_count(), "cpu": cpu_name(), "load_average": os.getloadavg()[0],
             "python": platform.python_version(), "onnxruntime": ort.__version__}
 
 

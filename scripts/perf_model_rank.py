@@ -399,7 +399,7 @@ def _target_facts(t) -> dict:
             "notes": t.notes}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
@@ -411,7 +411,7 @@ def note(result: dict, command: str) -> str:
     """The Markdown note: setup, agreement, and the table sorted by measured time."""
     a, t = result["agreement"], result["target"]
     lines = [f"# Performance model ranking against measured time: {result['what']} {tuple(result['shape'])}", "",
-             f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}: {_cpu_name()}, {os.cpu_count()} cores, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}: {cpu_name()}, {os.cpu_count()} cores, "
              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
              f"1-minute load average {result['load_average'][0]:.2f} before the timing, {result['load_average'][1]:.2f} after "
              f"(other jobs share the cores).", f"Command: `{command}`", "",
@@ -471,7 +471,7 @@ def main():
         with open(args.out + ".md", "w") as f:
             f.write(text)
         with open(args.out + ".json", "w") as f:
-            json.dump(result | {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.node()}: {_cpu_name()}, "
+            json.dump(result | {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.node()}: {cpu_name()}, "
                                f"{os.cpu_count()} cores", "command": command}, f, indent=1, default=str)
 
 

@@ -154,3 +154,15 @@ def test_printers_show_every_gop_and_edge():
     dot = to_dot(g)
     assert dot.startswith('digraph "softmax_block"') and dot.count("->") >= g.graph.number_of_edges()
     assert "shape=diamond" in dot
+
+
+@pytest.mark.parametrize("build", [softmax_block_per_row, softmax_unit_per_row])
+def test_appending_gops_gives_the_edges_and_order_a_rebuild_gives(build):
+    """Appends add only the new node's edges (graph.py keeps the last writer and readers);
+    rebuilding every edge from scratch must find the same edges, kinds and program order."""
+    g = build(8, 100, get_target("h100"))
+    appended = {(a, b): (d["kind"], d["slice"]) for a, b, d in g.graph.edges(data=True)}
+    order = g.order()
+    g.replace(order[0], g.op(order[0]))  # a mutation: every edge rebuilt, the order recomputed
+    assert {(a, b): (d["kind"], d["slice"]) for a, b, d in g.graph.edges(data=True)} == appended
+    assert g.order() == order

@@ -29,7 +29,7 @@ class Estimate:
     kernels: int
     occupancy: float    # resident units per processor / max
     bound: str          # what dominates: dram, shared, compute, launch
-    parts: dict | None = None  # seconds per term: dram, shared, compute, barrier, launch
+    parts: dict         # seconds per term: dram, shared, compute, barrier, launch
 
     def __str__(self):
         return f"{self.seconds * 1e6:.2f} us ({self.bound}-bound, {self.kernels} kernel(s), occupancy {self.occupancy:.0%})"
