@@ -152,3 +152,21 @@ def test_conv_over_a_channel_shuffle_reads_the_split_compactly():
     assert sum(s.gir_bytes for s in p.subgraphs) <= sum(s.bound_bytes for s in p.subgraphs) + 2 * half
     feeds = {n: rng.standard_normal((1, c, hw, hw)).astype(np.float32) for n in "ab"}
     np.testing.assert_allclose(execute(p, feeds)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
+    """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
+    sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no
+    K x N product in DRAM, nothing but the operands and the result."""
+    rng = np.random.default_rng(5)
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 768])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = rng.standard_normal((768, 512)).astype(np.float32)
+    graph_proto = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "mv", [a], [y],
+                                    [numpy_helper.from_array(w, "w")])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 17)], ir_version=10))
+    p = plan(load(model), get_target("cpu"), limit=2)
+    assert not p.partition.library and len(p.kernels) == 1
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+    x = rng.standard_normal((1, 768)).astype(np.float32)
+    np.testing.assert_allclose(execute(p, {"a": x})["y"], x @ w, rtol=1e-4, atol=1e-4)
