@@ -154,6 +154,46 @@ def test_conv_over_a_channel_shuffle_reads_the_split_compactly():
     np.testing.assert_allclose(execute(p, feeds)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_involution_sums_its_unfolded_window_in_place(keepdims):
+    """RedNet's involution: a 7x7 unfold (pad, 49 shifted slices, concat) times a per-pixel
+    kernel, summed over the 49 taps, which sit between channels and pixels. The product and the
+    sum are reordered taps-last with the taps split 7x7, where the unfold is one strided view of
+    the padded input: one kernel, neither the unfold nor the product (49x the input) written."""
+    c, hw, k = 16, 8, 7
+    rng = np.random.default_rng(6)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [1, k * k, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(np.array([0, 0, 3, 3, 0, 0, 3, 3]), "pads"),
+             numpy_helper.from_array(np.array([2, 3]), "axes"), numpy_helper.from_array(np.array([2]), "at"),
+             numpy_helper.from_array(np.array([1, 1, 1, k * k, hw, hw]), "wshape"),
+             numpy_helper.from_array(np.array([1, 1, c, k * k, hw, hw]), "ushape"),
+             numpy_helper.from_array(np.array([3]), "taps")]
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], mode="constant")]
+    for i in range(k):
+        for j in range(k):
+            inits.append(numpy_helper.from_array(np.array([i, j]), f"s{i}{j}"))
+            inits.append(numpy_helper.from_array(np.array([i + hw, j + hw]), f"e{i}{j}"))
+            nodes += [helper.make_node("Slice", ["xp", f"s{i}{j}", f"e{i}{j}", "axes"], [f"sl{i}{j}"]),
+                      helper.make_node("Unsqueeze", [f"sl{i}{j}", "at"], [f"un{i}{j}"])]
+    nodes += [helper.make_node("Concat", [f"un{i}{j}" for i in range(k) for j in range(k)], ["cat"], axis=2),
+              helper.make_node("Reshape", ["cat", "ushape"], ["unfold"]),
+              helper.make_node("Reshape", ["w", "wshape"], ["kernel"]),
+              helper.make_node("Mul", ["kernel", "unfold"], ["prod"]),
+              helper.make_node("ReduceSum", ["prod", "taps"], ["sum"], keepdims=keepdims),
+              helper.make_node("Relu", ["sum"], ["y"])]
+    graph_proto = helper.make_graph(nodes, "involution", [x, w], [y], inits)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    padded = c * (hw + 6) ** 2 * 4
+    assert max(b.nbytes for k_ in p.kernels for b in k_.graph.buffers.values() if b.role == "output") <= padded
+    assert sum(s.gir_bytes for s in p.subgraphs) <= sum(s.bound_bytes for s in p.subgraphs) + 2 * padded
+    feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32),
+             "w": rng.standard_normal((1, k * k, hw, hw)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
     sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no

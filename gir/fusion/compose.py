@@ -97,16 +97,11 @@ def _compose(p: Piece, dims, start, tshape):
         if len(users) > 1:
             if p.lo[j] == 0 and p.hi[j] == tshape[j]:
                 continue
-            i = _outer_of_radix(users, dims)
-            if i is None:
-                return False
-            step = dims[i][2]
-            if (p.lo[j] - start[j]) % step or (p.hi[j] - start[j]) % step:
-                return False  # the piece edge falls inside the inner dimensions
-            lo[i] = max(0, (p.lo[j] - start[j]) // step)
-            hi[i] = min(dims[i][0], (p.hi[j] - start[j]) // step)
-            if lo[i] >= hi[i]:
-                return None
+            box = _radix_box(users, dims, p.lo[j] - start[j], p.hi[j] - start[j])
+            if box is False or box is None:
+                return box
+            for i, (a, b) in box.items():
+                lo[i], hi[i] = a, b
             continue
         i = users[0]
         n, _, step = dims[i]
@@ -124,26 +119,81 @@ def single_view(content: Content, shape: tuple, strides: tuple):
     """(source, offset, strides over `shape`) when reading `content` with `strides` is one
     affine read of one source tensor; None otherwise."""
     seen = reindex(content, 0, shape, strides)
-    if seen is None or seen.shape != tuple(shape) or len(seen.pieces) != 1:
+    if seen is None or seen.shape != tuple(shape) or not seen.pieces:
         return None
-    p = seen.pieces[0]
+    p = seen.pieces[0] if len(seen.pieces) == 1 else merged(seen.pieces)
+    if p is None:
+        return None
     if p.lo != (0,) * len(shape) or p.hi != tuple(shape):
         return None
     return p.source, p.offset, p.strides
 
 
-def _outer_of_radix(users, dims):
-    """If the view dimensions sharing one tensor dimension form a mixed radix (each step the
-    product of the faster ones' sizes), the slowest one: a piece edge on a multiple of its
-    step constrains that dimension alone (a channel shuffle's group dimension)."""
+def merged(pieces) -> Piece | None:
+    """The pieces as one affine piece, when they tile a box of one source at addresses affine in
+    the index (the 49 shifted slices of an unfolded 7x7 window, once the tap dimension is split
+    into 7x7: each tap a point, together one strided view of the padded input); None otherwise."""
+    source = pieces[0].source
+    if any(p.source != source for p in pieces):
+        return None
+    rank = len(pieces[0].lo)
+    lo = tuple(min(p.lo[d] for p in pieces) for d in range(rank))
+    hi = tuple(max(p.hi[d] for p in pieces) for d in range(rank))
+    if sum(prod(h - l for l, h in zip(p.lo, p.hi)) for p in pieces) != prod(h - l for l, h in zip(lo, hi)):
+        return None
+    first = {p.lo: p.offset + sum(i * s for i, s in zip(p.lo, p.strides)) for p in pieces}
+    if lo not in first:
+        return None
+    origin = next(p for p in pieces if p.lo == lo)
+    strides = []
+    for d in range(rank):
+        wide = {p.strides[d] for p in pieces if p.hi[d] - p.lo[d] > 1}
+        if len(wide) > 1:
+            return None
+        if wide:
+            strides.append(wide.pop())
+            continue
+        step = lo[:d] + (lo[d] + 1,) + lo[d + 1:]
+        strides.append(first[step] - first[lo] if step in first else origin.strides[d])
+    offset = first[lo] - sum(i * s for i, s in zip(lo, strides))
+    for p in pieces:
+        if first[p.lo] != offset + sum(i * s for i, s in zip(p.lo, strides)) or \
+                any(p.strides[d] != strides[d] for d in range(rank) if p.hi[d] - p.lo[d] > 1):
+            return None
+    return Piece(lo, hi, source, offset, tuple(strides))
+
+
+def _radix_box(users, dims, a: int, b: int):
+    """The view dimensions sharing one tensor dimension form a mixed radix (each step the
+    product of the faster ones' sizes): the interval [a, b) of that tensor dimension as a box of
+    digits {view dim: (lo, hi)}: faster digits whole, one digit a range, slower ones fixed (a
+    channel shuffle's group; one tap of an unfolded window). None when the view misses the
+    interval, False when the interval is no such box."""
     ordered = sorted(users, key=lambda i: dims[i][2])
     expected = 1
     for i in ordered:
         n, _, step = dims[i]
         if step != expected:
-            return None
+            return False
         expected *= n
-    return ordered[-1]
+    a, b = max(a, 0), min(b, expected)
+    if a >= b:
+        return None
+    level = 0
+    while level < len(ordered) and a % (dims[ordered[level]][2] * dims[ordered[level]][0]) == 0 \
+            and b % (dims[ordered[level]][2] * dims[ordered[level]][0]) == 0:
+        level += 1  # the faster digits are whole
+    if level == len(ordered):
+        return {i: (0, dims[i][0]) for i in ordered}
+    n, _, step = dims[ordered[level]]
+    if a % step or b % step or a // (step * n) != (b - 1) // (step * n):
+        return False  # [a, b) crosses a slower digit or cuts a faster one
+    box = {i: (0, dims[i][0]) for i in ordered[:level]}
+    box[ordered[level]] = ((a // step) % n, ((b - 1) // step) % n + 1)
+    for i in ordered[level + 1:]:
+        digit = (a // dims[i][2]) % dims[i][0]
+        box[i] = (digit, digit + 1)
+    return box
 
 
 def _unravel(index: int, shape) -> list[int]:

@@ -29,6 +29,7 @@ from .group import aligned, common_structures
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
 from .perf import Estimate, estimate
+from .reorder import innermost_reductions
 
 
 @dataclass
@@ -91,7 +92,8 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     and rewritten kernel; a persistent one makes a second compile skip the search."""
     start = time.perf_counter()
     part = partition(_fold_shape_only(graph), target)
-    g = part.graph
+    g, subgraphs = innermost_reductions(part.graph, part.subgraphs)
+    part = replace(part, graph=g, subgraphs=subgraphs)
     result = Plan(g, target, part, [])
     cache = {} if cache is None else cache
     for i, ops in enumerate(part.subgraphs):
