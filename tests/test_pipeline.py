@@ -194,6 +194,32 @@ def test_involution_sums_its_unfolded_window_in_place(keepdims):
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_bias_adds_are_recomputed_in_the_attention_product():
+    """BERT's attention: the q and k bias adds are read through head transposes and the lowered
+    QK^T's broadcasts, which would send each add through DRAM (written, read back). The adds are
+    recomputed in the product's loads instead: no kernel writes them, the plan reads the matmul
+    outputs and biases once and writes the scores once (the bound), and the numbers match."""
+    seq, heads, dim = 8, 2, 16
+    rng = np.random.default_rng(7)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, seq, heads * dim]) for n in ("xq", "xk")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(rng.standard_normal(heads * dim).astype(np.float32), n) for n in ("bq", "bk")]
+    inits.append(numpy_helper.from_array(np.array([1, seq, heads, dim]), "split_heads"))
+    nodes = [helper.make_node("Add", ["xq", "bq"], ["q"]), helper.make_node("Add", ["xk", "bk"], ["k"]),
+             helper.make_node("Reshape", ["q", "split_heads"], ["q4"]), helper.make_node("Reshape", ["k", "split_heads"], ["k4"]),
+             helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["qt", "kt"], ["y"])]
+    graph_proto = helper.make_graph(nodes, "attention_scores", inputs, [y], inits)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    assert not p.partition.library
+    assert not {"q", "k", "qt", "kt"} & {t for k_ in p.kernels for t in k_.writes}
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+    feeds = {n: rng.standard_normal((1, seq, heads * dim)).astype(np.float32) for n in ("xq", "xk")}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
     sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no

@@ -29,6 +29,7 @@ from .group import aligned, common_structures
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
 from .perf import Estimate, estimate
+from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
 
 
@@ -92,14 +93,16 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     and rewritten kernel; a persistent one makes a second compile skip the search."""
     start = time.perf_counter()
     part = partition(_fold_shape_only(graph), target)
-    g, subgraphs = innermost_reductions(part.graph, part.subgraphs)
+    given_graph, given_subgraphs = part.graph, part.subgraphs
+    g, subgraphs = recompute_cheap_producers(part.graph, part.subgraphs)
+    g, subgraphs = innermost_reductions(g, subgraphs)
     part = replace(part, graph=g, subgraphs=subgraphs)
     result = Plan(g, target, part, [])
     cache = {} if cache is None else cache
-    for i, ops in enumerate(part.subgraphs):
+    for i, (ops, given) in enumerate(zip(part.subgraphs, given_subgraphs)):
         if progress:
             progress(i, len(part.subgraphs), ", ".join(op.name for op in ops[:3]) + (" ..." if len(ops) > 3 else ""))
-        result.subgraphs.append(_plan_subgraph(g, ops, target, limit, cache, result.aliases))
+        result.subgraphs.append(_plan_subgraph(g, ops, target, limit, cache, result.aliases, (given_graph, given)))
     result.steps = _order(g, part.library, result.kernels, result.aliases)
     result.search_seconds = time.perf_counter() - start
     return result
@@ -120,7 +123,9 @@ def _fold_shape_only(graph: BasicGraph) -> BasicGraph:
     return replace(graph, tensors=tensors, ops=ops)
 
 
-def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases) -> Subgraph:
+def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases, given) -> Subgraph:
+    """`given`: the partition's graph and this subgraph's ops before the graph rewrites
+    (recompute, reorder), on which the one-kernel-per-op and bound bytes are counted."""
     comp = compose(g, ops)
     aliases.update(comp.aliases)
     absorbed = {id(op) for op in comp.absorbed}
@@ -139,13 +144,14 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread)]
     for group in _groups(g, rest, ops, cands_for, aliases):
         kernels.append(_fuse_group(g, group, target, limit, cache, aliases, cands_for, views))
-    produced = {t for op in ops for t in op.outputs}
-    external = {aliases.get(t, t) for op in ops for t in op.inputs if t not in produced}
-    escaping = _escaping(g, ops)
-    unfused = sum(_nbytes(g, set(op.inputs) | set(op.outputs)) for op in ops if op.kind != "view")
+    g0, ops0 = given
+    produced = {t for op in ops0 for t in op.outputs}
+    external = {aliases.get(t, t) for op in ops0 for t in op.inputs if t not in produced}
+    escaping = _escaping(g0, ops0)
+    unfused = sum(_nbytes(g0, set(op.inputs) | set(op.outputs)) for op in ops0 if op.kind != "view")
     gir = sum(k.estimate.dram_bytes for k in kernels)
     accessed = sum(sum(level_bytes(k.graph).values()) for k in kernels)
-    bound = _nbytes(g, escaping) + sum(_compulsory_read(g, ops, t, aliases) for t in external - escaping)
+    bound = _nbytes(g0, escaping) + sum(_compulsory_read(g0, ops0, t, aliases) for t in external - escaping)
     return Subgraph(ops, kernels, unfused, gir, bound, accessed)
 
 
