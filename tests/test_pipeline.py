@@ -220,6 +220,28 @@ def test_bias_adds_are_recomputed_in_the_attention_product():
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_softmax_normalisation_is_not_recomputed_in_the_next_product():
+    """Softmax then P @ V: the division by the row sum is read through the product's broadcast,
+    but its exponentials come from registers of the kernel that sums them. Recomputing the
+    division in the product would write the exponentials and the sums instead of the
+    probabilities, so it stays: scores read once, probabilities written and read once."""
+    heads, seq, dim = 2, 16, 8
+    rng = np.random.default_rng(8)
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, heads, seq, seq])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, heads, seq, dim])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "attention_values", [s, v], [y]),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    assert not p.partition.library
+    scores, values, out = (4 * heads * seq * n for n in (seq, dim, dim))
+    assert sum(sub.gir_bytes for sub in p.subgraphs) <= 3 * scores + values + out
+    feeds = {"s": rng.standard_normal((1, heads, seq, seq)).astype(np.float32),
+             "v": rng.standard_normal((1, heads, seq, dim)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
     sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no

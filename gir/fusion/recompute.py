@@ -10,7 +10,7 @@ scale (read by the next 1x1 conv through its window) pay that for an add or a mu
 the reader computes the add itself from the producer's operands; with no other reader left the
 producer and its movement chain disappear. A transcendental is only recomputed where the
 movement does not expand (each element computed once), and a producer is kept where operands
-computed for it alone would go through DRAM instead (as many elements as it saves).
+it takes from registers would go through DRAM instead (as many elements as it saves).
 """
 from __future__ import annotations
 
@@ -100,13 +100,36 @@ def _inlinings(graph: BasicGraph, sub, comp, users, p: BasicOp):
 
 
 def _exposed(graph: BasicGraph, sub, users, p: BasicOp) -> int:
-    """Elements of p's operands that inlining would newly send through DRAM: those computed in
-    the subgraph for p alone (its readers then read them through the movement instead; before,
-    p took them from registers). The SE block's sigmoid vector is small against the scaled
-    tensor it saves; SiLU's sigmoid inside the SE bottleneck is as large as its product."""
+    """Elements of p's operands that inlining would newly send through DRAM: operands computed
+    in the subgraph (p took them from registers; its readers would now read them through the
+    movement), unless a reduction reads them and reaches p only through movement, which puts
+    a device-wide dependency between them and p anyway (an SE block's pooled scale: its input
+    is stored for the scale either way; a softmax's exponentials, normalised by their own sum
+    in the same kernel, are not)."""
     computing = {t for op in sub if op.kind not in MOVEMENT for t in op.outputs}
     return sum(graph.tensors[x].size for x in set(p.inputs)
-               if x in computing and [op.name for op in users.get(x, [])] == [p.name])
+               if x in computing and not _stored_anyway(sub, users, p, x))
+
+
+def _stored_anyway(sub, users, p: BasicOp, x: str) -> bool:
+    inside = {id(op) for op in sub}
+    for r in users.get(x, []):
+        if r.kind == "reduce" and id(r) in inside:
+            direct = _reach(users, inside, r.outputs[0], through_movement=False)
+            if set(p.inputs) & _reach(users, inside, r.outputs[0], True) and not set(p.inputs) & direct:
+                return True
+    return False
+
+
+def _reach(users, inside, start: str, through_movement: bool) -> set[str]:
+    """Tensors computed from `start` inside the subgraph (optionally not through a layout)."""
+    seen, todo = {start}, [start]
+    while todo:
+        for op in users.get(todo.pop(), []):
+            if id(op) in inside and (through_movement or op.kind != "layout") and op.outputs[0] not in seen:
+                seen.add(op.outputs[0])
+                todo.append(op.outputs[0])
+    return seen
 
 
 def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, derived) -> list[BasicOp] | None:
