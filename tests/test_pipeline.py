@@ -242,6 +242,29 @@ def test_softmax_normalisation_is_not_recomputed_in_the_next_product():
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_attention_context_is_written_in_its_transposed_layout():
+    """P @ V, heads transposed back and merged: the product's sum writes the transposed layout
+    directly (its index space permuted), so no copy kernel rereads the product: one kernel,
+    operands read once, the context written once, and the numbers match."""
+    heads, seq, dim = 2, 16, 8
+    rng = np.random.default_rng(9)
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, heads, seq, seq])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, heads, seq, dim])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("MatMul", ["a", "v"], ["ctx"]),
+             helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["ctx_t", "merged"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([1, seq, heads * dim]), "merged")]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "context", [a, v], [y], inits),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    assert not p.partition.library and len(p.kernels) == 1
+    assert sum(sub.gir_bytes for sub in p.subgraphs) == sum(sub.bound_bytes for sub in p.subgraphs)
+    feeds = {"a": rng.standard_normal((1, heads, seq, seq)).astype(np.float32),
+             "v": rng.standard_normal((1, heads, seq, dim)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
     sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no

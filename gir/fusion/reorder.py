@@ -10,6 +10,10 @@ between the channels and the pixels; in ONNX order the product (40 MB a layer) g
 and the unfold (49 shifted slices joined by a concat) is written expanded. Reordered, each
 operand is a strided layout of its source (the 49 taps, split 7x7, are one affine view of the
 padded input), composition and folding read them in place, and product and sum are one kernel.
+
+The same reordering also permutes the kept axes when the reduction's result is read only through
+a transpose: BERT's P @ V is transposed back from heads to tokens; the sum then writes the
+transposed layout directly and no copy kernel rereads the product.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from dataclasses import replace
 from itertools import product
 from math import prod
 
-from gir.frontend.basic import BasicGraph, BasicOp, Tensor
+from gir.frontend.basic import BasicGraph, BasicOp, Tensor, contiguous_strides
 from gir.templates.common import broadcast_strides
 
 from .compose import MOVEMENT, Composition, compose, single_view
@@ -34,14 +38,17 @@ def innermost_reductions(graph: BasicGraph, subgraphs: list[list[BasicOp]]) -> t
         new_sub = list(sub)
         for r in sub:
             e = producer.get(r.inputs[0]) if r.kind == "reduce" else None
-            if e is None or e.kind != "elementwise" or not _eligible(graph, e, r, producer, readers):
+            if e is None or e.kind != "elementwise":
+                continue
+            permute = _permuting_reader(graph, sub, r, readers)
+            if not _eligible(graph, e, r, producer, readers, permute is not None):
                 continue
             comp = comp or compose(graph, sub)
-            layout = _layout(graph, comp, e, r)
+            layout = _layout(graph, comp, e, r, permute[1] if permute else None)
             if layout is None:
                 continue
-            e_ops, r_ops = _rewrite(graph, tensors, e, r, *layout)
-            for old, new in ((e, e_ops), (r, r_ops)):
+            e_ops, r_ops = _rewrite(graph, tensors, e, r, *layout, permute[0] if permute else None)
+            for old, new in ((e, e_ops), (r, r_ops)) + (((permute[0], []),) if permute else ()):
                 ops[_index(ops, old):_index(ops, old) + 1] = new
                 new_sub[_index(new_sub, old):_index(new_sub, old) + 1] = new
         out_subgraphs.append(new_sub)
@@ -52,25 +59,50 @@ def _index(ops: list[BasicOp], op: BasicOp) -> int:
     return next(i for i, o in enumerate(ops) if o is op)
 
 
-def _eligible(graph: BasicGraph, e: BasicOp, r: BasicOp, producer, readers) -> bool:
-    """The product feeds only the reduction, the reduced axes are not innermost already, and
+def _eligible(graph: BasicGraph, e: BasicOp, r: BasicOp, producer, readers, permuted: bool) -> bool:
+    """The product feeds only the reduction, the reduced axes are not innermost already (or the
+    result is read only through a transpose, which the reduction can then write directly), and
     no operand comes from a computing op of the subgraph (that op would then be read in another
     order than it writes, and lose its own fusion)."""
     rank = len(graph.tensors[e.outputs[0]].shape)
     axes = r.attrs["axes"]
-    if axes == tuple(range(rank - len(axes), rank)) or e.outputs[0] in graph.outputs:
+    if (axes == tuple(range(rank - len(axes), rank)) and not permuted) or e.outputs[0] in graph.outputs:
         return False
     if [op.name for op in readers.get(e.outputs[0], [])] != [r.name]:
         return False
     return all(producer.get(t) is None or producer[t].kind in MOVEMENT for t in e.inputs)
 
 
-def _layout(graph: BasicGraph, comp: Composition, e: BasicOp, r: BasicOp):
-    """(new shape, operand strides) with the reduced axes last, each split into factors where
-    that makes every composed operand one affine view of its source; None if no split does."""
+def _permuting_reader(graph: BasicGraph, sub, r: BasicOp, readers):
+    """(layout, order) when r's result is read only by a layout of the subgraph that permutes
+    its dimensions (BERT's heads transposed back after P @ V): dimension i of the layout is
+    dimension order[i] of r's result."""
+    out = r.outputs[0]
+    users = readers.get(out, [])
+    if r.attrs["keepdims"] or out in graph.outputs or len(users) != 1 or users[0].kind != "layout" \
+            or not any(op is users[0] for op in sub):
+        return None
+    layout, shape = users[0], graph.tensors[out].shape
+    a, own = layout.attrs, contiguous_strides(shape)
+    if a["offset"] != 0 or len(a["shape"]) != len(shape):
+        return None
+    order = []
+    for n, stride in zip(a["shape"], a["strides"]):
+        match = [j for j in range(len(shape)) if j not in order and shape[j] == n and (own[j] == stride or n == 1)]
+        if not match:
+            return None
+        order.append(match[0])
+    return (layout, order) if order != sorted(order) else None
+
+
+def _layout(graph: BasicGraph, comp: Composition, e: BasicOp, r: BasicOp, order):
+    """(new shape, operand strides) with the kept axes in `order` (default: as they are) and the
+    reduced axes last, each split into factors where that makes every composed operand one
+    affine view of its source; None if no split does."""
     shape = graph.tensors[e.outputs[0]].shape
     axes = r.attrs["axes"]
     kept = [d for d in range(len(shape)) if d not in axes]
+    kept = kept if order is None else [kept[i] for i in order]
     for split in product(*(_factorings(shape[d]) for d in axes)):
         new_shape = tuple(shape[d] for d in kept) + tuple(f for fs in split for f in fs)
         strides = [_strides(graph.tensors[t].shape, shape, kept, axes, split) for t in e.inputs]
@@ -94,9 +126,10 @@ def _strides(operand: tuple, shape: tuple, kept, axes, split) -> tuple[int, ...]
     return tuple(out)
 
 
-def _rewrite(graph: BasicGraph, tensors: dict, e: BasicOp, r: BasicOp, shape, strides):
+def _rewrite(graph: BasicGraph, tensors: dict, e: BasicOp, r: BasicOp, shape, strides, permute: BasicOp | None):
     """(ops replacing e: layouts of its operands and the product over `shape`; ops replacing r:
-    the reduction of the last axes, then a reshape where r kept the reduced dimensions)."""
+    the reduction of the last axes, writing the permuting layout's result where there is one,
+    then a reshape where r kept the reduced dimensions)."""
     e_ops, operands = [], []
     for i, (name, s) in enumerate(zip(e.inputs, strides)):
         view = f"{e.outputs[0]}/reordered_in{i}"
@@ -109,6 +142,8 @@ def _rewrite(graph: BasicGraph, tensors: dict, e: BasicOp, r: BasicOp, shape, st
     e_ops.append(replace(e, inputs=operands, outputs=[product_name]))
     kept = len(graph.tensors[e.outputs[0]].shape) - len(r.attrs["axes"])
     attrs = r.attrs | {"axes": tuple(range(kept, len(shape))), "keepdims": False}
+    if permute is not None:
+        return e_ops, [replace(r, inputs=[product_name], outputs=permute.outputs, attrs=attrs)]
     out = tensors[r.outputs[0]]
     if not r.attrs["keepdims"]:
         return e_ops, [replace(r, inputs=[product_name], attrs=attrs)]
