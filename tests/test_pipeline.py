@@ -265,6 +265,35 @@ def test_attention_context_is_written_in_its_transposed_layout():
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_residual_sum_is_recomputed_inside_the_next_padded_conv_window():
+    """SAR-DRN's last layer: batch norm, ReLU and a residual add feed a padded 3x3 conv to one
+    channel (memory-bound, lowered). The sum is recomputed in the conv's window loads from the
+    conv input and the skip, both read through the pad, and an inside mask restores the pad's
+    zeros (batch norm's shift would make the recomputed border nonzero): no kernel writes the
+    sum, the plan is at the bound plus the mask, and the numbers match."""
+    c, hw = 16, 12
+    rng = np.random.default_rng(10)
+    x, skip = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, hw, hw]) for n in ("x", "skip"))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32) + 1.0, "shift"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), "var"),
+             numpy_helper.from_array(rng.standard_normal((1, c, 3, 3)).astype(np.float32), "w")]
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "shift", "mean", "var"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["relu"]), helper.make_node("Add", ["relu", "skip"], ["sum"]),
+             helper.make_node("Conv", ["sum", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "residual_conv", [x, skip], [y], inits),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    assert not p.partition.library
+    assert "sum" not in {t for k in p.kernels for t in k.writes}
+    mask = (hw + 2) ** 2 * 4  # one plane of the padded size, broadcast over channels
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs) + mask
+    feeds = {n: rng.standard_normal((1, c, hw, hw)).astype(np.float32) for n in ("x", "skip")}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
     sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no

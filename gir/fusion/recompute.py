@@ -11,17 +11,26 @@ the reader computes the add itself from the producer's operands; with no other r
 producer and its movement chain disappear. A transcendental is only recomputed where the
 movement does not expand (each element computed once), and a producer is kept where operands
 it takes from registers would go through DRAM instead (as many elements as it saves).
+
+A producer absorbs the elementwise ops that only it reads (batch norm, ReLU), and a reader may
+take it through a constant pad (a conv window): its operands are then read through the same pad
+and an inside mask restores the pad value on the border. SAR-DRN's last residual sum is
+recomputed in its padded 3x3 conv this way.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from math import prod
 
+import numpy as np
+
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor
-from gir.ir.expr import Call, Input, count_ops, substitute
+from gir.ir.dtypes import np_dtype
+from gir.ir.expr import Call, Input, call, count_ops, substitute
 from gir.templates.common import broadcast_strides
 
 from .compose import MOVEMENT, Content, Piece, compose, reindex, single_view
+from .padfold import constant_pad
 
 CHEAP = {"add", "sub", "mul", "div", "neg", "max", "min", "relu", "abs"}
 MAX_OPS = 8
@@ -37,12 +46,11 @@ def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]])
             changed = False
             current = replace(graph, tensors=tensors, ops=ops)
             comp, users = compose(current, sub), current.consumers()
+            producer = {o: op for op in sub for o in op.outputs}
             for p in sub:
-                rewrites = _inlinings(current, sub, comp, users, p) if p.kind == "elementwise" else None
+                rewrites = _inlinings(current, sub, comp, users, producer, p) if p.kind == "elementwise" else None
                 if rewrites:
                     for reader, new in rewrites:
-                        for t in new[:-1]:
-                            tensors[t.outputs[0]] = Tensor(t.outputs[0], t.attrs["shape"], tensors[t.inputs[0]].dtype)
                         _splice(ops, reader, new)
                         _splice(sub, reader, new)
                     _drop_dead(current.outputs, ops, sub)
@@ -58,10 +66,10 @@ def _splice(ops: list[BasicOp], old: BasicOp, new: list[BasicOp]):
 
 
 def _drop_dead(outputs, ops: list[BasicOp], sub: list[BasicOp]):
-    """Movement and elementwise ops of the subgraph that nothing reads any more."""
+    """Movement, pad and elementwise ops of the subgraph that nothing reads any more."""
     while True:
         read = {t for op in ops for t in op.inputs} | set(outputs)
-        dead = [op for op in sub if op.kind in (*MOVEMENT, "elementwise") and op.outputs[0] not in read]
+        dead = [op for op in sub if op.kind in (*MOVEMENT, "elementwise", "pad") and op.outputs[0] not in read]
         if not dead:
             return
         ids = {id(op) for op in dead}
@@ -69,34 +77,56 @@ def _drop_dead(outputs, ops: list[BasicOp], sub: list[BasicOp]):
         sub[:] = [op for op in sub if id(op) not in ids]
 
 
-def _inlinings(graph: BasicGraph, sub, comp, users, p: BasicOp):
-    """[(reader, ops replacing it)] inlining p into every reader, or None where some reader of
-    p's result (through movement) is not an elementwise op of the subgraph that can take it."""
+def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp):
+    """[(reader, ops replacing it)] inlining p (with the single-reader producers it absorbs)
+    into every reader, or None where some reader of p's result (through movement, or through a
+    constant pad then movement) is not an elementwise op of the subgraph that can take it."""
     t = graph.tensors
     result = p.outputs[0]
-    dtype = t[result].dtype
-    if result in graph.outputs or count_ops(p.attrs["expr"]) > MAX_OPS or \
-            any(t[x].dtype != dtype for x in p.inputs):
-        return None
-    derived = {result} | {n for n, c in comp.contents.items() if any(q.source == result for q in c.pieces)}
-    if derived & set(graph.outputs):
-        return None
     inside = {id(op) for op in sub}
-    absorbed = {id(op) for op in comp.absorbed}
-    readers = list({id(op): op for d in derived for op in users.get(d, []) if id(op) not in absorbed}.values())
+    p = _absorbing(graph, producer, users, p)
+    if result in graph.outputs or count_ops(p.attrs["expr"]) > MAX_OPS or \
+            any(t[x].dtype != t[result].dtype for x in p.inputs):
+        return None
+    frames = {result: None}  # tensors read as p's result, or as a constant pad of it
+    frames |= {op.outputs[0]: op for op in users.get(result, []) if id(op) in inside and constant_pad(op, t)}
+    via = {n: f for f in frames for n, c in comp.contents.items() if any(q.source == f for q in c.pieces)} | \
+        {f: f for f in frames}
+    if set(via) & set(graph.outputs):
+        return None
+    absorbed = {id(op) for op in comp.absorbed} | {id(op) for op in frames.values() if op is not None}
+    readers = list({id(op): op for d in via for op in users.get(d, []) if id(op) not in absorbed}.values())
     if not readers or any(id(op) not in inside or op.kind != "elementwise" for op in readers):
         return None
-    if not any(set(r.inputs) & (derived - {result}) for r in readers):
+    if not any(set(r.inputs) & (set(via) - {result}) for r in readers):
         return None  # read in place only: ordinary fusion handles it
     if _exposed(graph, sub, users, p) >= t[result].size:
         return None
     rewrites = []
     for r in readers:
-        new = _inlined(graph, comp, p, r, derived)
+        new = _inlined(graph, comp, p, r, {n: frames[f] for n, f in via.items()})
         if new is None:
             return None
         rewrites.append((r, new))
     return rewrites
+
+
+def _absorbing(graph: BasicGraph, producer, users, p: BasicOp) -> BasicOp:
+    """p with the elementwise producers of its operands substituted in, where p is their only
+    reader and reads them in place (SAR-DRN's batch norm and ReLU before the residual add):
+    inlining p alone would send those operands through DRAM in its place."""
+    t = graph.tensors
+    for i, x in enumerate(p.inputs):
+        q = producer.get(x)
+        if q is None or q.kind != "elementwise" or [op.name for op in users.get(x, [])] != [p.name] \
+                or x in graph.outputs or t[x].shape != t[p.outputs[0]].shape or t[x].dtype != t[p.outputs[0]].dtype:
+            continue
+        q = _absorbing(graph, producer, users, q)
+        inputs = p.inputs[:i] + q.inputs + p.inputs[i + 1:]
+        shift = {j: Input(j if j < i else j + len(q.inputs) - 1) for j in range(len(p.inputs)) if j != i}
+        shift[i] = substitute(q.attrs["expr"], {k: Input(i + k) for k in range(len(q.inputs))})
+        return _absorbing(graph, producer, users, replace(p, inputs=inputs, attrs=p.attrs | {"expr": substitute(p.attrs["expr"], shift)}))
+    return p
 
 
 def _exposed(graph: BasicGraph, sub, users, p: BasicOp) -> int:
@@ -132,43 +162,89 @@ def _reach(users, inside, start: str, through_movement: bool) -> set[str]:
     return seen
 
 
-def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, derived) -> list[BasicOp] | None:
+def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, frames) -> list[BasicOp] | None:
     """Layouts of p's operands over r's index space, then r with p's expression in place of
-    each derived operand; None where a read is no single view of p's result or r's dtype differs."""
+    each operand it reads as p's result (`frames`: name -> None, or the constant pad it reads p
+    through: operands padded too, and the pad's border restored by an inside mask); None where a
+    read is no single view of p's result or r's dtype differs."""
     t = graph.tensors
     shape = t[r.outputs[0]].shape or (1,)
-    source_shape = t[p.outputs[0]].shape or (1,)
     if t[r.outputs[0]].dtype != t[p.outputs[0]].dtype:
         return None
-    layouts, inputs, replacement = [], [], {}
+    ops, inputs, replacement = [], [], {}
     for i, name in enumerate(r.inputs):
-        if name not in derived:
+        if name not in frames:
             inputs.append(name)
             replacement[i] = Input(len(inputs) - 1)
             continue
-        content = comp.contents.get(name) or Content(source_shape, (Piece((0,) * len(source_shape), source_shape, name, 0,
-                                                                            _contiguous(source_shape)),))
+        pad = frames[name]
+        frame = p.outputs[0] if pad is None else pad.outputs[0]
+        frame_shape = t[frame].shape or (1,)
+        content = comp.contents.get(name) or _whole(frame, frame_shape, _contiguous(frame_shape))
         view = single_view(content, shape, broadcast_strides(t[name].shape, shape))
-        if view is None or view[0] != p.outputs[0]:
+        if view is None or view[0] != frame or view[1] >= prod(frame_shape):
             return None
-        if _expands(shape, source_shape, view[2]) and not _cheap(p.attrs["expr"]):
+        if _expands(shape, frame_shape, view[2]) and not _cheap(p.attrs["expr"]):
             return None
         operands = {}
-        for j, x in enumerate(p.inputs):
-            own = Content(source_shape, (Piece((0,) * len(source_shape), source_shape, x, 0,
-                                               broadcast_strides(t[x].shape, source_shape)),))
-            seen = reindex(own, view[1], shape, view[2]) if view[1] < prod(source_shape) else None
+        mask = [] if pad is None else [_inside_mask(graph, pad)]
+        for j, x in enumerate(p.inputs + mask):
+            tag = f"{p.name}:in{i}.{j}"
+            source, prep = (x, []) if pad is None or x in mask else _padded_operand(graph, pad, x, f"{r.name}/recompute {tag}")
+            if prep and x in comp.contents:
+                return None  # a pad cannot read through movement: the moved operand would be written
+            seen = reindex(_whole(source, frame_shape, broadcast_strides(t[source].shape, frame_shape)), view[1], shape, view[2])
             if seen is None or len(seen.pieces) != 1 or seen.pieces[0].lo != (0,) * len(shape) or seen.pieces[0].hi != shape:
                 return None
-            piece = seen.pieces[0]
-            moved = f"{r.outputs[0]}/{p.name}:in{i}.{j}"
-            layouts.append(BasicOp(f"{r.name}/recompute {p.name}:in{i}.{j}", "layout", [x], [moved],
-                                   {"offset": piece.offset, "shape": shape, "strides": piece.strides}, p.origin))
+            piece, moved = seen.pieces[0], f"{r.outputs[0]}/{tag}"
+            t[moved] = Tensor(moved, shape, t[source].dtype)
+            ops += prep + [BasicOp(f"{r.name}/recompute {tag}", "layout", [source], [moved],
+                                   {"offset": piece.offset, "shape": shape, "strides": piece.strides}, p.origin)]
             inputs.append(moved)
             operands[j] = Input(len(inputs) - 1)
-        replacement[i] = substitute(p.attrs["expr"], operands)
+        value = substitute(p.attrs["expr"], operands)
+        if pad is not None:
+            value = call("where", call("gt", operands[len(p.inputs)], 0.5), value, pad.attrs.get("value", 0.0))
+        replacement[i] = value
     expr = substitute(r.attrs["expr"], replacement)
-    return layouts + [replace(r, inputs=inputs, attrs=r.attrs | {"expr": expr})]
+    return ops + [replace(r, inputs=inputs, attrs=r.attrs | {"expr": expr})]
+
+
+def _whole(source: str, shape, strides) -> Content:
+    return Content(shape, (Piece((0,) * len(shape), shape, source, 0, tuple(strides)),))
+
+
+def _padded_operand(graph: BasicGraph, pad: BasicOp, x: str, name: str):
+    """(tensor to read, ops making it): an operand of p as the pad sees p's result. One that is
+    broadcast along every padded dimension is read as it is; another gets the same pad (its
+    border values are masked out)."""
+    t = graph.tensors
+    rank = len(t[pad.outputs[0]].shape)
+    own = (1,) * (rank - len(t[x].shape)) + tuple(t[x].shape)
+    pads = [tuple(q) if n > 1 else (0, 0) for q, n in zip(pad.attrs["pads"], own)]
+    if all(q == (0, 0) for q in pads):
+        return x, []
+    out = f"{name}:pad"
+    if out not in t:
+        padded = tuple(n + a + b for n, (a, b) in zip(own, pads))
+        t[out] = Tensor(out, padded[rank - len(t[x].shape):], t[x].dtype)
+    pads = pads[rank - len(t[x].shape):]
+    return out, [BasicOp(f"{name}:pad", "pad", [x], [out], {"pads": tuple(pads), "mode": "constant", "value": 0.0}, pad.origin)]
+
+
+def _inside_mask(graph: BasicGraph, pad: BasicOp) -> str:
+    """A constant, 1 inside the padded tensor's source box and 0 on its border, broadcast along
+    the dimensions the pad leaves alone."""
+    t = graph.tensors
+    name = f"{pad.outputs[0]}/inside"
+    if name not in t:
+        out = t[pad.outputs[0]]
+        pads = pad.attrs["pads"]
+        shape = tuple(n if a or b else 1 for n, (a, b) in zip(out.shape, pads))
+        value = np.zeros(shape, np_dtype(out.dtype))
+        value[tuple(slice(a, n - b) if a or b else slice(None) for n, (a, b) in zip(shape, pads))] = 1
+        t[name] = Tensor(name, shape, out.dtype, value)
+    return name
 
 
 def _contiguous(shape) -> tuple[int, ...]:
