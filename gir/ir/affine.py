@@ -141,13 +141,18 @@ class ParallelPrimitive:
         return expr.substitute({"b": b}).substitute({"u": b * self.units_per_block + W})
 
     def check_variables(self, expr: Affine) -> None:
-        allowed = {"u", "w", "b"} | {f"b{i}" for i in range(len(self.grid))}
-        unknown = expr.variables - allowed
+        unknown = expr.variables - _parallel_indices(len(self.grid))
         if unknown:
             raise ValueError(f"index {expr} uses {sorted(unknown)}, not parallel indices of grid {self.grid}")
 
     def __str__(self):
         return f"grid={self.grid} x {self.units_per_block} units/block ({self.num_units} units)"
+
+
+@lru_cache(maxsize=None)
+def _parallel_indices(rank: int) -> frozenset[str]:
+    """Variable names of a grid of `rank` dimensions (built once: every slice added is checked)."""
+    return frozenset({"u", "w", "b"} | {f"b{i}" for i in range(rank)})
 
 
 @lru_cache(maxsize=64)

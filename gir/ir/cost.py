@@ -2,11 +2,15 @@
 what reports compare against the compulsory bound."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
+from .affine import ParallelPrimitive
 from .dtypes import itemsize
 from .gops import Gather, Sync
 from .graph import GIRGraph
+from .slices import Slice
 from .target import DRAM
 
 
@@ -24,11 +28,21 @@ def accesses(graph: GIRGraph, level: str):
 
 def level_bytes(graph: GIRGraph, level: str = DRAM) -> dict[str, int]:
     """Bytes read and written at `level`, summed over units (every access counts)."""
-    env = graph.prim.env()
     totals = {"read": 0, "write": 0}
     for _, key, s, buf in accesses(graph, level):
-        totals[key] += s.valid_count(env) * itemsize(buf.dtype)
+        totals[key] += valid_count(s, graph.prim) * itemsize(buf.dtype)
     return totals
+
+
+def valid_count(s: Slice, prim: ParallelPrimitive) -> int:
+    """Valid elements of `s` over all units of `prim`."""
+    return s.size * prim.num_units if not s.is_masked else _masked_valid_count(s, prim)
+
+
+@lru_cache(maxsize=16384)
+def _masked_valid_count(s: Slice, prim: ParallelPrimitive) -> int:
+    """Cached: the rewrite driver counts the traffic of every trial, mostly unchanged slices."""
+    return s.valid_count(prim.env())
 
 
 def dram_footprint(graph: GIRGraph) -> dict[str, int]:

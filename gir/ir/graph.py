@@ -30,9 +30,11 @@ class GIRGraph:
     _next_id: int = 0
     # Dependency state after the last node in program order (last writer, readers since), so
     # that appending a node adds its own edges instead of rebuilding all (planning builds
-    # graphs op by op); and the cached program order. Both are reset by any other mutation.
+    # graphs op by op); and the cached program order with its gOperators (the analyses ask for
+    # them again and again). All are reset by any other mutation.
     _tail: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _order: list | None = field(default=None, init=False, repr=False, compare=False)
+    _ops: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- building -------------------------------------------------------------------------
     def buffer(self, name: str, level: str, size: int | tuple, dtype: str = "float32", role: str = "temp") -> Buffer:
@@ -62,6 +64,7 @@ class GIRGraph:
             self._link(node, *self._tail)
             if self._order is not None:
                 self._order.append(node)
+            self._ops = None
         return node
 
     # -- program order and queries ------------------------------------------------------
@@ -72,7 +75,9 @@ class GIRGraph:
         return list(self._order)
 
     def ops(self) -> list[tuple[int, GOp]]:
-        return [(n, self.graph.nodes[n]["op"]) for n in self.order()]
+        if self._ops is None:
+            self._ops = tuple((n, self.graph.nodes[n]["op"]) for n in self.order())
+        return list(self._ops)
 
     def op(self, node: int) -> GOp:
         return self.graph.nodes[node]["op"]
@@ -114,7 +119,11 @@ class GIRGraph:
         return node
 
     def copy(self) -> "GIRGraph":
-        return GIRGraph(self.name, self.prim, self.target, dict(self.buffers), self.graph.copy(), self._next_id)
+        """Keeps the cached program order: the rewrite driver copies before every trial."""
+        out = GIRGraph(self.name, self.prim, self.target, dict(self.buffers), self.graph.copy(), self._next_id)
+        if self._order is not None:
+            out._order, out._ops = list(self._order), self._ops
+        return out
 
     # -- edges ----------------------------------------------------------------------------
     @staticmethod
@@ -130,7 +139,7 @@ class GIRGraph:
         by_order = sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["order"])
         for node in by_order:
             self._link(node, last_writer, readers)
-        self._tail, self._order = (last_writer, readers), None
+        self._tail, self._order, self._ops = (last_writer, readers), None, None
 
     def _link(self, node: int, last_writer: dict, readers: dict) -> None:
         """Edges into `node` from the nodes before it, given their state; updates the state."""

@@ -14,8 +14,9 @@ from functools import lru_cache
 import numpy as np
 
 from .access import ALL_LANES, UNWRITTEN, needed_scope, output_lanes, read_pairs, storage_index
+from .gops import Sync
 from .graph import GIRGraph
-from .target import LANE, REGISTER, SHARED, UNIT
+from .target import DEVICE, LANE, REGISTER, SCOPE_NAMES, SHARED, UNIT
 
 
 def required_scope(graph: GIRGraph, writer: int, reader: int) -> int:
@@ -118,25 +119,30 @@ def _register_scope(wop, rop, lanes_per_unit: int, bufs: dict) -> int | None:
 def uncovered_reads(graph: GIRGraph) -> list[str]:
     """Static race check: for every read, the widest Sync on its buffer between the writer and
     the reader must cover the scope the pair needs. Returns one line per violation."""
-    from .gops import Sync  # local: gops does not depend on this module
-
-    order = graph.order()
-    pos = {n: i for i, n in enumerate(order)}
+    events: dict[str, list] = {}  # per buffer, in program order: (node, op) of writers and syncs
     problems = []
-    for r in order:
-        rop = graph.op(r)
+    for r, rop in graph.ops():
         if isinstance(rop, Sync):
+            events.setdefault(rop.slice.buffer, []).append((r, rop))
             continue
         for s in rop.reads():
-            for w in order[:pos[r]]:
-                wop = graph.op(w)
-                if isinstance(wop, Sync) or not any(ws.buffer == s.buffer for ws in wop.writes()):
-                    continue
-                between = [graph.op(n).scope for n in order[pos[w] + 1:pos[r]]
-                           if isinstance(graph.op(n), Sync) and graph.op(n).slice.buffer == s.buffer]
-                have = max(between, default=LANE)
-                need = required_scope(graph, w, r)
+            for w, wop, have in _writers_before(events.get(s.buffer, ())):
+                need = required_scope(graph, w, r) if have < DEVICE else DEVICE  # nothing is wider
                 if need > have:
                     problems.append(f"#{r} {rop.kind} reads {s.buffer} written by #{w} {wop.kind}: needs "
-                                    f"{('lane', 'unit', 'block', 'device')[need]} sync, has {('lane', 'unit', 'block', 'device')[have]}")
+                                    f"{SCOPE_NAMES[need]} sync, has {SCOPE_NAMES[have]}")
+        for name in dict.fromkeys(ws.buffer for ws in rop.writes()):
+            events.setdefault(name, []).append((r, rop))
     return problems
+
+
+def _writers_before(events: list) -> list[tuple]:
+    """(node, op, widest sync scope after it) for each writer among the events of one buffer
+    that precede a read, in program order; walking backwards gathers the syncs in between."""
+    have, found = LANE, []
+    for node, op in reversed(events):
+        if isinstance(op, Sync):
+            have = max(have, op.scope)
+        else:
+            found.append((node, op, have))
+    return found[::-1]

@@ -129,17 +129,31 @@ class Slice:
         return int(np.clip(last - first + 1, 0, None).prod(axis=1).sum())
 
     def address_range(self, env: dict) -> tuple[int, int] | None:
-        """(lowest, highest) valid address over all units, None when nothing is valid."""
-        first, last = self.valid_box(env)
-        live = (last >= first).all(axis=1)
+        """(lowest, highest) valid address over all units, None when nothing is valid. Each
+        unit's valid indices form a box, so its extremes are corners of it."""
+        units = env["u"].shape[0]
+        live = np.ones(units, bool)
+        low = high = np.asarray(self.offset.eval(env), np.int64)
+        for (first, last), stride in zip(self._index_ranges(env), self.strides):
+            live &= last >= first
+            low = low + (first if stride >= 0 else last) * stride
+            high = high + (last if stride >= 0 else first) * stride
         if not live.any():
             return None
-        strides = np.array(self.strides, np.int64)
-        base = np.broadcast_to(np.asarray(self.offset.eval(env), np.int64), live.shape)[live]
-        lo_idx, hi_idx = first[live], last[live]
-        low = base + np.where(strides >= 0, lo_idx, hi_idx) @ strides
-        high = base + np.where(strides >= 0, hi_idx, lo_idx) @ strides
+        low, high = (np.broadcast_to(a, (units,))[live] for a in (low, high))
         return int(low.min()), int(high.max())
+
+    def _index_ranges(self, env: dict) -> list[tuple]:
+        """Per dimension, the first and last valid index: plain ints where the dimension is not
+        masked, arrays over units where it is."""
+        limits = self.limits or (None,) * len(self.shape)
+        starts = self.starts or (None,) * len(self.shape)
+        out = []
+        for n, limit, start in zip(self.shape, limits, starts):
+            first = 0 if start is None else np.maximum(0, np.asarray(start.eval(env), np.int64))
+            last = n - 1 if limit is None else np.minimum(n - 1, np.asarray(limit.eval(env), np.int64) - 1)
+            out.append((first, last))
+        return out
 
     def addresses(self, env: dict) -> np.ndarray:
         """(units, size) element addresses for every unit."""

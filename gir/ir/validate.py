@@ -21,11 +21,10 @@ class GraphError(ValueError):
 def register_bytes_per_lane(graph: GIRGraph) -> int:
     """Peak register bytes one lane holds, over the program order (buffers live from first
     write to last read)."""
-    order = graph.order()
+    ops = graph.ops()
     first, last, per_lane = {}, {}, {}
     lanes = graph.target.lanes_per_unit
-    for pos, node in enumerate(order):
-        op = graph.op(node)
+    for pos, (_, op) in enumerate(ops):
         if isinstance(op, Sync):
             continue
         for s in op.reads():
@@ -36,14 +35,22 @@ def register_bytes_per_lane(graph: GIRGraph) -> int:
                 continue
             first.setdefault(s.buffer, pos)
             last.setdefault(s.buffer, pos)
-            held = s.size if op.uniform else int(np.bincount(output_lanes(op, lanes)).max())
+            held = s.size if op.uniform else _most_per_lane(op, lanes)
             word = max(itemsize(buf.dtype), 4)  # an fp16 or bool value still takes a 32-bit register
             per_lane[s.buffer] = max(per_lane.get(s.buffer, 0), held * word)
-    peak = 0
-    for pos in range(len(order)):
-        live = sum(per_lane[b] for b in per_lane if first[b] <= pos <= last.get(b, first[b]))
-        peak = max(peak, live)
-    return peak
+    change = np.zeros(len(ops) + 1, np.int64)  # live bytes change at first write and after last read
+    for b, size in per_lane.items():
+        if first[b] <= last[b]:
+            change[first[b]] += size
+            change[last[b] + 1] -= size
+    return max(0, int(np.cumsum(change).max()))
+
+
+@lru_cache(maxsize=8192)
+def _most_per_lane(op, lanes: int) -> int:
+    """Outputs the busiest lane of a non-uniform gOperator holds (cached: gOperators are
+    immutable and re-validated after every rewrite)."""
+    return int(np.bincount(output_lanes(op, lanes)).max())
 
 
 def shared_bytes_per_block(graph: GIRGraph) -> int:
@@ -86,7 +93,8 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
     a candidate's bounds are checked where it is used (the rewrite driver validates its input)."""
     problems: list[str] = []
     tgt, prim = graph.target, graph.prim
-    undeclared = sorted({s.buffer for _, op in graph.ops() for s in ([op.slice] if isinstance(op, Sync) else
+    ops = graph.ops()
+    undeclared = sorted({s.buffer for _, op in ops for s in ([op.slice] if isinstance(op, Sync) else
                          [*op.reads(), *op.writes()]) if s.buffer not in graph.buffers})
     if undeclared:
         raise GraphError(f"{graph.name}: invalid GIR-Graph:\n  uses undeclared buffers {undeclared}")
@@ -94,7 +102,7 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
         problems.append("the dataflow graph has a cycle")
     if prim.units_per_block > tgt.max_units_per_block:
         problems.append(f"{prim.units_per_block} units per block exceed {tgt.name}'s {tgt.max_units_per_block}")
-    for node, op in graph.ops():
+    for node, op in ops:
         where = f"#{node} {op.kind}"
         slices = [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]
         for s in slices:

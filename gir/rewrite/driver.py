@@ -12,6 +12,7 @@ from gir.ir.scope import uncovered_reads
 from gir.ir.validate import GraphError
 
 from . import merging, swapping, sync_insertion
+from .query import slices_of
 from .tidy import tidy
 
 RULES = [
@@ -41,6 +42,14 @@ def _dram(g: GIRGraph) -> int:
     return b["read"] + b["write"]
 
 
+def _trial_dram(g: GIRGraph) -> int | None:
+    """DRAM bytes of a trial, counted before the soundness checks; None when a gOperator uses
+    an undeclared buffer (nothing to count; validation would reject it)."""
+    if any(s.buffer not in g.buffers for _, op in g.ops() for s in slices_of(op)):
+        return None
+    return _dram(g)
+
+
 def optimize(graph: GIRGraph, max_steps: int = 10_000) -> tuple[GIRGraph, list[Step]]:
     """Rewrite to a fixed point; the input must itself be valid (GraphError otherwise)."""
     validate(graph)
@@ -58,10 +67,10 @@ def optimize(graph: GIRGraph, max_steps: int = 10_000) -> tuple[GIRGraph, list[S
                     continue  # an earlier application this pass removed it
                 trial = g.copy()
                 detail = apply(trial, site)
-                if detail is None or not _sound(trial):
+                if detail is None:
                     continue
-                after = _dram(trial)
-                if after > dram:
+                after = _trial_dram(trial)
+                if after is None or after > dram or not _sound(trial):  # cheap test first: most trials fail it
                     continue
                 log.append(Step(rule, detail, dram, after))
                 g, dram, progress = trial, after, True

@@ -60,16 +60,12 @@ def _move_slice(g, s: Slice, buffer: str, shift: Affine) -> Slice:
 
 
 def _extent(g, name, nodes, base) -> tuple[int, int]:
-    """Lowest and highest rebased address any unit touches."""
+    """Lowest and highest rebased address any unit touches (from each unit's box of valid
+    indices, without listing the elements)."""
     env = g.prim.env()
-    lo, hi = None, None
-    for n in nodes:
-        for s in slices_of(g.op(n)):
-            if s.buffer != name:
-                continue
-            moved = _move_slice(g, s, name, -base)
-            addrs = moved.addresses(env)[moved.valid(env)]
-            if addrs.size:
-                lo = int(addrs.min()) if lo is None else min(lo, int(addrs.min()))
-                hi = int(addrs.max()) if hi is None else max(hi, int(addrs.max()))
-    return (0, 0) if lo is None else (lo, hi)
+    ranges = [_move_slice(g, s, name, -base).address_range(env)
+              for n in nodes for s in slices_of(g.op(n)) if s.buffer == name]
+    ranges = [r for r in ranges if r is not None]
+    if not ranges:
+        return 0, 0
+    return min(lo for lo, _ in ranges), max(hi for _, hi in ranges)

@@ -2,31 +2,31 @@
 identical loads compare equal and fills that can never apply disappear."""
 from __future__ import annotations
 
-import numpy as np
-
 from gir.ir import Move, Slice
+from gir.ir.validate import affine_range
 
 from .query import slices_of
 
 
-def _tidy_slice(s: Slice, env: dict) -> Slice:
+def _tidy_slice(s: Slice, prim) -> Slice:
+    """Bounds compared over the grid by their exact range (no per-unit evaluation)."""
     if not s.is_masked:
         return s
     limits = list(s.limits) or [None] * len(s.shape)
     starts = list(s.starts) or [None] * len(s.shape)
     for d, n in enumerate(s.shape):
-        if limits[d] is not None and np.min(limits[d].eval(env)) >= n:
+        if limits[d] is not None and affine_range(prim.normalize(limits[d]), prim)[0] >= n:
             limits[d] = None
-        if starts[d] is not None and np.max(starts[d].eval(env)) <= 0:
+        if starts[d] is not None and affine_range(prim.normalize(starts[d]), prim)[1] <= 0:
             starts[d] = None
     return Slice(s.buffer, s.offset, s.shape, s.strides, tuple(limits), tuple(starts))
 
 
 def tidy(g) -> int:
     """Rewrite every gOperator in place; returns how many slices lost their masks."""
-    env, dropped = g.prim.env(), 0
+    dropped = 0
     for node, op in g.ops():
-        mapping = {s: _tidy_slice(s, env) for s in slices_of(op)}
+        mapping = {s: _tidy_slice(s, g.prim) for s in slices_of(op)}
         changed = {k: v for k, v in mapping.items() if k != v}
         if not changed:
             continue

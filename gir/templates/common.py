@@ -3,6 +3,7 @@ an op, and the box tiling that maps units onto the output of a pointwise-shaped 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import ceil, prod
 
 from gir.frontend.basic import BasicOp, Tensor, contiguous_strides
@@ -153,18 +154,25 @@ class Box:
 
     def slice(self, buffer: str, offset: int, strides: tuple[int, ...]) -> Slice:
         """The box of one operand addressed with its own strides over the output's dims."""
-        q_rows, q_last = self._q()
-        k = self._grid_dims
-        base = Affine(offset)
-        for d, s in enumerate(strides[:k]):
-            base = base + block_coord(d) * s
-        base = base + q_rows * (self.rows * strides[-2]) + q_last * (self.chunk * strides[-1])
-        limits = (*[None] * self.whole, self.dims[-2] - q_rows * self.rows, self.dims[-1] - q_last * self.chunk)
-        return Slice(buffer, base, self.shape, tuple(strides[k:]), limits)
+        return Slice(buffer, *_box_addressing(self, offset, tuple(strides)))
 
     @property
     def size(self) -> int:
         return prod(self.shape)
+
+
+@lru_cache(maxsize=8192, typed=True)  # typed: an int and a numpy offset stay apart, as uncached
+def _box_addressing(box: Box, offset: int, strides: tuple[int, ...]) -> tuple:
+    """(offset, shape, strides, limits) of a box slice; cached because every candidate of every
+    repeated layer asks for the same few."""
+    q_rows, q_last = box._q()
+    k = box._grid_dims
+    base = Affine(offset)
+    for d, s in enumerate(strides[:k]):
+        base = base + block_coord(d) * s
+    base = base + q_rows * (box.rows * strides[-2]) + q_last * (box.chunk * strides[-1])
+    limits = (*[None] * box.whole, box.dims[-2] - q_rows * box.rows, box.dims[-1] - q_last * box.chunk)
+    return base, box.shape, strides[k:], limits
 
 
 def row_elements_per_lane(target: Target) -> int:
