@@ -94,7 +94,7 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     start = time.perf_counter()
     part = partition(_fold_shape_only(graph), target)
     given_graph, given_subgraphs = part.graph, part.subgraphs
-    g, subgraphs = recompute_cheap_producers(part.graph, part.subgraphs)
+    g, subgraphs = recompute_cheap_producers(part.graph, part.subgraphs, target)
     g, subgraphs = innermost_reductions(g, subgraphs)
     part = replace(part, graph=g, subgraphs=subgraphs)
     result = Plan(g, target, part, [])

@@ -9,8 +9,9 @@ attention products through head transposes and broadcasts) and EfficientNet's sq
 scale (read by the next 1x1 conv through its window) pay that for an add or a multiply. Inlined,
 the reader computes the add itself from the producer's operands; with no other reader left the
 producer and its movement chain disappear. A transcendental is only recomputed where the
-movement does not expand (each element computed once), and a producer is kept where operands
-it takes from registers would go through DRAM instead (as many elements as it saves).
+movement does not expand (each element computed once), a producer is kept where operands it
+takes from registers would go through DRAM instead (as many elements as it saves), and where
+recomputing it takes longer than its DRAM round trip at the target's peak rates (`_pays`).
 
 A producer absorbs the elementwise ops that only it reads (batch norm, ReLU), and a reader may
 take it through a constant pad (a conv window): its operands are then read through the same pad
@@ -25,8 +26,9 @@ from math import prod
 import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor
-from gir.ir.dtypes import np_dtype
+from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.expr import Call, Input, call, count_ops, substitute
+from gir.ir.target import Target
 from gir.templates.common import broadcast_strides
 
 from .compose import MOVEMENT, Content, Piece, compose, reindex, single_view
@@ -36,7 +38,7 @@ CHEAP = {"add", "sub", "mul", "div", "neg", "max", "min", "relu", "abs"}
 MAX_OPS = 8
 
 
-def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]]) -> tuple[BasicGraph, list[list[BasicOp]]]:
+def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]], target: Target) -> tuple[BasicGraph, list[list[BasicOp]]]:
     tensors, ops = dict(graph.tensors), list(graph.ops)
     out = []
     for sub in subgraphs:
@@ -48,7 +50,7 @@ def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]])
             comp, users = compose(current, sub), current.consumers()
             producer = {o: op for op in sub for o in op.outputs}
             for p in sub:
-                rewrites = _inlinings(current, sub, comp, users, producer, p) if p.kind == "elementwise" else None
+                rewrites = _inlinings(current, sub, comp, users, producer, p, target) if p.kind == "elementwise" else None
                 if rewrites:
                     for reader, new in rewrites:
                         _splice(ops, reader, new)
@@ -77,7 +79,7 @@ def _drop_dead(outputs, ops: list[BasicOp], sub: list[BasicOp]):
         sub[:] = [op for op in sub if id(op) not in ids]
 
 
-def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp):
+def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp, target: Target):
     """[(reader, ops replacing it)] inlining p (with the single-reader producers it absorbs)
     into every reader, or None where some reader of p's result (through movement, or through a
     constant pad then movement) is not an elementwise op of the subgraph that can take it."""
@@ -100,7 +102,7 @@ def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp):
         return None
     if not any(set(r.inputs) & (set(via) - {result}) for r in readers):
         return None  # read in place only: ordinary fusion handles it
-    if _exposed(graph, sub, users, p) >= t[result].size:
+    if _exposed(graph, sub, users, p) >= t[result].size or not _pays(graph, p, readers, via, frames, target):
         return None
     rewrites = []
     for r in readers:
@@ -127,6 +129,24 @@ def _absorbing(graph: BasicGraph, producer, users, p: BasicOp) -> BasicOp:
         shift[i] = substitute(q.attrs["expr"], {k: Input(i + k) for k in range(len(q.inputs))})
         return _absorbing(graph, producer, users, replace(p, inputs=inputs, attrs=p.attrs | {"expr": substitute(p.attrs["expr"], shift)}))
     return p
+
+
+def _pays(graph: BasicGraph, p: BasicOp, readers, via, frames, target: Target) -> bool:
+    """The recomputation (p's operations once per element its readers read through expanding
+    movement, beyond the elements p computes once) takes less time at the target's peak
+    arithmetic rate than writing and reading p's result at its DRAM bandwidth. A GPU recomputes
+    BERT's bias adds in QK^T (128 reads per element); a CPU, whose ridge point is 4x lower,
+    keeps SAR-DRN's residual sum rather than recompute it nine times per output channel."""
+    t = graph.tensors
+    result = t[p.outputs[0]]
+    extra = 0
+    for r in readers:
+        moved = [n for n in r.inputs if n in via and n != p.outputs[0]]
+        if moved:
+            padded = any(frames[via[n]] is not None for n in moved)
+            extra += max(0, t[r.outputs[0]].size - result.size) * (count_ops(p.attrs["expr"]) + 2 * padded)
+    saved = 2 * result.size * itemsize(result.dtype)
+    return extra / target.peak_flops <= saved / target.dram_bandwidth
 
 
 def _exposed(graph: BasicGraph, sub, users, p: BasicOp) -> int:
