@@ -25,7 +25,7 @@ from math import prod
 
 import numpy as np
 
-from gir.frontend.basic import BasicGraph, BasicOp, Tensor
+from gir.frontend.basic import BasicGraph, BasicOp, Tensor, contiguous_strides
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.expr import Call, Input, call, count_ops, substitute
 from gir.ir.target import Target
@@ -200,7 +200,7 @@ def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, frames) -> list[Ba
         pad = frames[name]
         frame = p.outputs[0] if pad is None else pad.outputs[0]
         frame_shape = t[frame].shape or (1,)
-        content = comp.contents.get(name) or _whole(frame, frame_shape, _contiguous(frame_shape))
+        content = comp.contents.get(name) or _whole(frame, frame_shape, contiguous_strides(frame_shape))
         view = single_view(content, shape, broadcast_strides(t[name].shape, shape))
         if view is None or view[0] != frame or view[1] >= prod(frame_shape):
             return None
@@ -265,14 +265,6 @@ def _inside_mask(graph: BasicGraph, pad: BasicOp) -> str:
         value[tuple(slice(a, n - b) if a or b else slice(None) for n, (a, b) in zip(shape, pads))] = 1
         t[name] = Tensor(name, shape, out.dtype, value)
     return name
-
-
-def _contiguous(shape) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return tuple(reversed(out))
 
 
 def _expands(shape, source_shape, strides) -> bool:
