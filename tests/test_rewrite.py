@@ -10,6 +10,7 @@ from gir.frontend import load, run_reference
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor
 from gir.fusion.group import common_structures, escaping_tensors, fuse
 from gir.fusion.merge import merge_graphs
+from gir.fusion.plan import plan
 from gir.ir import SHARED, get_target, run, validate
 from gir.ir.cost import compulsory_bytes, dram_footprint, level_bytes
 from gir.ir.expr import Input, call
@@ -53,6 +54,26 @@ def test_softmax_bert_shape_is_one_kernel_at_the_bound():
     s = [1, 12, 128, 128]
     fused = assert_one_kernel_at_bound(onnx_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", s)], [("y", s)]))
     assert level_bytes(fused.graph) == {"read": 4 * np.prod(s), "write": 4 * np.prod(s)}  # x read exactly once
+
+
+def test_masked_softmax_stays_in_registers_when_a_unit_reads_back_its_own_store():
+    """BERT's scaled, masked softmax as planned for A100 (a block of units per row): a unit
+    stores its exponentials and loads exactly the same elements back for the division. That
+    read is the unit's own write, so it takes the registers even though the buffer is in DRAM
+    and its address depends on the unit: the exponentials never reach DRAM, one read and one
+    write of the scores (the bound)."""
+    s = [1, 12, 128, 128]
+    inits = [numpy_helper.from_array(np.array(8.0, np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal((1, 1, 1, 128)).astype(np.float32), "mask")]
+    nodes = [helper.make_node("Div", ["x", "scale"], ["d"]), helper.make_node("Add", ["d", "mask"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["y"], axis=-1)]
+    g = load(onnx_model(nodes, [("x", s)], [("y", s)], inits))
+    p = plan(g, get_target("a100"), limit=2)
+    assert len(p.kernels) == 1
+    assert sum(sub.gir_bytes for sub in p.subgraphs) == sum(sub.bound_bytes for sub in p.subgraphs)
+    feeds, consts = feeds_for(g)
+    got = run(p.kernels[0].graph, {**feeds, **consts}).outputs["y"]
+    np.testing.assert_allclose(got.reshape(s), run_reference(g, feeds)["y"], rtol=1e-5, atol=1e-6)
 
 
 def test_layernorm_bert_shape_is_one_kernel_at_the_bound():

@@ -2,7 +2,9 @@
 
 - read-after-write: a load from a tensor that one Move wrote reads the Move's source instead
   (the two patterns compose by an offset shift); when the load then only copies a whole
-  register buffer in the same lane order, it disappears and its readers use the source.
+  register buffer in the same lane order, it disappears and its readers use the source. Where
+  other units read the intermediate, the source must be one they can all read, unless each
+  unit reads back exactly the elements it wrote (a softmax's exponentials, per row block).
 - read-after-read: two identical loads with no write of their source in between become one.
 - elementwise: an Elementwise whose only reader is another Elementwise of the same shape is
   substituted into it (one expression, one register buffer fewer).
@@ -42,9 +44,10 @@ def apply_raw(g, reader: int) -> str | None:
         return None
     prim = g.prim
     shift = prim.normalize(w.src.offset) - prim.normalize(w.dst.offset)
-    if mid_buf.level != REGISTER and not shift.is_const:
+    own = r.src.same_pattern(w.dst)  # each unit reads back exactly what it wrote itself
+    if mid_buf.level != REGISTER and not shift.is_const and not own:
         return None  # other units read the intermediate: the shift must not depend on the unit
-    if not _reachable(src_buf.level, src_buf.role, mid_buf.level):
+    if not own and not _reachable(src_buf.level, src_buf.role, mid_buf.level):
         return None
     if not _covered(g, w, r) or len(writers(g, w.src.buffer)) > 1:
         return None
