@@ -25,14 +25,15 @@ from math import prod
 
 import numpy as np
 
-from gir.frontend.basic import BasicGraph, BasicOp, Tensor, contiguous_strides
+from gir.frontend.basic import BasicGraph, BasicOp, Tensor
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.expr import Call, Input, call, count_ops, substitute
 from gir.ir.target import Target
 from gir.templates.common import broadcast_strides
 
-from .compose import MOVEMENT, Content, Piece, compose, reindex, single_view
+from .compose import MOVEMENT, Content, Piece, compose, identity, reindex, single_view
 from .padfold import constant_pad
+from .reorder import splice
 
 CHEAP = {"add", "sub", "mul", "div", "neg", "max", "min", "relu", "abs"}
 MAX_OPS = 8
@@ -53,18 +54,13 @@ def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]],
                 rewrites = _inlinings(current, sub, comp, users, producer, p, target) if p.kind == "elementwise" else None
                 if rewrites:
                     for reader, new in rewrites:
-                        _splice(ops, reader, new)
-                        _splice(sub, reader, new)
+                        splice(ops, reader, new)
+                        splice(sub, reader, new)
                     _drop_dead(current.outputs, ops, sub)
                     changed = True
                     break
         out.append(sub)
     return replace(graph, tensors=tensors, ops=ops), out
-
-
-def _splice(ops: list[BasicOp], old: BasicOp, new: list[BasicOp]):
-    i = next(i for i, o in enumerate(ops) if o is old)
-    ops[i:i + 1] = new
 
 
 def _drop_dead(outputs, ops: list[BasicOp], sub: list[BasicOp]):
@@ -102,7 +98,7 @@ def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp, target
         return None
     if not any(set(r.inputs) & (set(via) - {result}) for r in readers):
         return None  # read in place only: ordinary fusion handles it
-    if _exposed(graph, sub, users, p) >= t[result].size or not _pays(graph, p, readers, via, frames, target):
+    if _exposed(graph, sub, inside, users, p) >= t[result].size or not _pays(graph, p, readers, via, frames, target):
         return None
     rewrites = []
     for r in readers:
@@ -149,7 +145,7 @@ def _pays(graph: BasicGraph, p: BasicOp, readers, via, frames, target: Target) -
     return extra / target.peak_flops <= saved / target.dram_bandwidth
 
 
-def _exposed(graph: BasicGraph, sub, users, p: BasicOp) -> int:
+def _exposed(graph: BasicGraph, sub, inside, users, p: BasicOp) -> int:
     """Elements of p's operands that inlining would newly send through DRAM: operands computed
     in the subgraph (p took them from registers; its readers would now read them through the
     movement), unless a reduction reads them and reaches p only through movement, which puts
@@ -158,11 +154,10 @@ def _exposed(graph: BasicGraph, sub, users, p: BasicOp) -> int:
     in the same kernel, are not)."""
     computing = {t for op in sub if op.kind not in MOVEMENT for t in op.outputs}
     return sum(graph.tensors[x].size for x in set(p.inputs)
-               if x in computing and not _stored_anyway(sub, users, p, x))
+               if x in computing and not _stored_anyway(inside, users, p, x))
 
 
-def _stored_anyway(sub, users, p: BasicOp, x: str) -> bool:
-    inside = {id(op) for op in sub}
+def _stored_anyway(inside, users, p: BasicOp, x: str) -> bool:
     for r in users.get(x, []):
         if r.kind == "reduce" and id(r) in inside:
             direct = _reach(users, inside, r.outputs[0], through_movement=False)
@@ -200,7 +195,7 @@ def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, frames) -> list[Ba
         pad = frames[name]
         frame = p.outputs[0] if pad is None else pad.outputs[0]
         frame_shape = t[frame].shape or (1,)
-        content = comp.contents.get(name) or _whole(frame, frame_shape, contiguous_strides(frame_shape))
+        content = comp.contents.get(name) or identity(frame, frame_shape)
         view = single_view(content, shape, broadcast_strides(t[name].shape, shape))
         if view is None or view[0] != frame or view[1] >= prod(frame_shape):
             return None
@@ -231,6 +226,7 @@ def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, frames) -> list[Ba
 
 
 def _whole(source: str, shape, strides) -> Content:
+    """`shape` read from `source` with `strides` (0 where broadcast): one operand as p sees it."""
     return Content(shape, (Piece((0,) * len(shape), shape, source, 0, tuple(strides)),))
 
 

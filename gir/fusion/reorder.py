@@ -49,14 +49,16 @@ def innermost_reductions(graph: BasicGraph, subgraphs: list[list[BasicOp]]) -> t
                 continue
             e_ops, r_ops = _rewrite(graph, tensors, e, r, *layout, permute[0] if permute else None)
             for old, new in ((e, e_ops), (r, r_ops)) + (((permute[0], []),) if permute else ()):
-                ops[_index(ops, old):_index(ops, old) + 1] = new
-                new_sub[_index(new_sub, old):_index(new_sub, old) + 1] = new
+                splice(ops, old, new)
+                splice(new_sub, old, new)
         out_subgraphs.append(new_sub)
     return replace(graph, tensors=tensors, ops=ops), out_subgraphs
 
 
-def _index(ops: list[BasicOp], op: BasicOp) -> int:
-    return next(i for i, o in enumerate(ops) if o is op)
+def splice(ops: list[BasicOp], old: BasicOp, new: list[BasicOp]):
+    """Replace the op `old` (by identity) with the ops `new`, in place."""
+    i = next(i for i, o in enumerate(ops) if o is old)
+    ops[i:i + 1] = new
 
 
 def _eligible(graph: BasicGraph, e: BasicOp, r: BasicOp, producer, readers, permuted: bool) -> bool:
