@@ -236,6 +236,30 @@ def test_bias_adds_are_recomputed_in_the_attention_product():
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_bias_add_is_computed_where_the_head_transpose_writes_for_the_library():
+    """BERT on A100: the attention products go to the library, so q's bias add is read only
+    through the head transpose that copies it out of the subgraph. The copy becomes a view and
+    takes the add: one kernel reads the matmul output and bias once and writes the transposed
+    q once (the bound), instead of an add kernel and a copy kernel (twice the bytes)."""
+    seq, heads, dim = 64, 2, 64
+    rng = np.random.default_rng(11)
+    x = helper.make_tensor_value_info("xq", TensorProto.FLOAT, [1, seq, heads * dim])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(rng.standard_normal(heads * dim).astype(np.float32), "bq"),
+             numpy_helper.from_array(np.array([1, seq, heads, dim]), "split_heads"),
+             numpy_helper.from_array(rng.standard_normal((dim, 256)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Add", ["xq", "bq"], ["q"]), helper.make_node("Reshape", ["q", "split_heads"], ["q4"]),
+             helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]), helper.make_node("MatMul", ["qt", "w"], ["y"])]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "head_split", [x], [y], inits),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("a100"), limit=2)
+    assert [op.kind for op in p.partition.library] == ["matmul"]
+    assert len(p.kernels) == 1 and "q" not in p.kernels[0].writes
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+    feeds = {"xq": rng.standard_normal((1, seq, heads * dim)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_softmax_normalisation_is_not_recomputed_in_the_next_product():
     """Softmax then P @ V: the division by the row sum is read through the product's broadcast,
     but its exponentials come from registers of the kernel that sums them. Recomputing the
@@ -311,6 +335,64 @@ def test_residual_sum_is_recomputed_inside_the_next_padded_conv_window():
     # A CPU's ridge point is 4x lower: recomputing 5 operations per window element costs more
     # time than the sum's DRAM round trip saves, so the sum is written there.
     assert "sum" in {t for k in plan(load(model), get_target("cpu"), limit=2).kernels for t in k.writes}
+
+
+def test_relu_is_recomputed_through_a_zero_pad_without_a_mask():
+    """ReLU then a padded 3x3 conv to one channel (lowered): ReLU(0) is the pad value, so the
+    ReLU is recomputed in the conv's window loads from its input read through the same pad, with
+    no inside mask (a batch norm's shift needs one, above): the plan is exactly the bound."""
+    c, hw = 16, 12
+    rng = np.random.default_rng(12)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(rng.standard_normal((1, c, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["relu"]), helper.make_node("Conv", ["relu", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "relu_conv", [x], [y], [w]),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    assert not p.partition.library
+    assert "relu" not in {t for k in p.kernels for t in k.writes}
+    assert not [t for t in p.graph.tensors if t.endswith("/inside")]
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+    feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_unfold_joins_the_subgraph_that_reads_it():
+    """An involution's shape: a 3x3 unfold (pad, 9 shifted slices, concat) of a ReLU output is
+    multiplied by a library conv's output and summed over the taps. The multiply comes after the
+    library call, so it is another subgraph; the unfold, read only there, joins it instead of
+    being written 9 times the ReLU's size for it. The second subgraph reads the ReLU output
+    through the window: the plan is at the bound and no kernel writes the unfold."""
+    c, hw = 128, 16
+    rng = np.random.default_rng(13)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32) / 8, "w"),
+             numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1]), "pads"),
+             numpy_helper.from_array(np.array([2], dtype=np.int64), "two"),
+             numpy_helper.from_array(np.array([2, 3]), "hw_axes"), numpy_helper.from_array(np.array([2]), "taps")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Conv", ["r", "w"], ["k"]),
+             helper.make_node("Pad", ["r", "pads"], ["rp"]), helper.make_node("Unsqueeze", ["k", "two"], ["k5"])]
+    taps = []
+    for i in range(3):
+        for j in range(3):
+            starts, ends = f"s{i}{j}", f"e{i}{j}"
+            inits += [numpy_helper.from_array(np.array([i, j]), starts), numpy_helper.from_array(np.array([i + hw, j + hw]), ends)]
+            nodes += [helper.make_node("Slice", ["rp", starts, ends, "hw_axes"], [f"t{i}{j}"]),
+                      helper.make_node("Unsqueeze", [f"t{i}{j}", "two"], [f"u{i}{j}"])]
+            taps.append(f"u{i}{j}")
+    nodes += [helper.make_node("Concat", taps, ["unfold"], axis=2), helper.make_node("Mul", ["unfold", "k5"], ["prod"]),
+              helper.make_node("ReduceSum", ["prod", "taps"], ["y"], keepdims=0)]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "involution", [x], [y], inits),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("a100"), limit=2)
+    assert [op.kind for op in p.partition.library] == ["conv"] and len(p.subgraphs) == 2
+    assert "rp" in {t for op in p.subgraphs[1].ops for t in op.outputs}
+    assert not {"unfold", "rp", "prod"} & {t for k in p.kernels for t in k.writes}
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+    feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():

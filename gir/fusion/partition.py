@@ -90,12 +90,51 @@ def convex_subgraphs(graph: BasicGraph, memory: list[BasicOp]) -> list[list[Basi
                 dag.add_edge(producer[t], op.name)
     mem = {op.name for op in memory}
     depth = _library_depth(dag, mem)
+    depth |= _movement_with_readers(dag, graph, by_name, mem, depth)
     undirected = nx.Graph()
     undirected.add_nodes_from(mem)
     undirected.add_edges_from((a, b) for a, b in dag.edges if a in mem and b in mem and depth[a] == depth[b])
     order = {op.name: i for i, op in enumerate(graph.ops)}
     parts = sorted(nx.connected_components(undirected), key=lambda p: min(order[n] for n in p))
     return [[by_name[n] for n in sorted(part, key=order.get)] for part in parts]
+
+
+MOVEMENT = ("layout", "view", "concat", "pad")
+
+
+def _movement_with_readers(dag: nx.DiGraph, graph: BasicGraph, by_name, mem: set, depth) -> dict[str, int]:
+    """Movement ops all of whose readers are memory ops of one later subgraph, with the depth
+    of that subgraph: they join their readers instead of writing their result for them.
+    RedNet's involution unfold (pad, 49 shifted slices, concat) feeds a multiply that also reads
+    a library conv's output: left with its producer, the unfold would be written 49 times the
+    size of its input for the next subgraph to read; moved, that subgraph reads the input
+    through the window. A movement op that reads a part of a tensor computed where it was stays
+    there (moved, the whole tensor would be written instead of the part). Depths stay
+    non-decreasing along every edge, so the subgraphs stay convex."""
+    producer = {t: op.name for op in graph.ops for t in op.outputs}
+    outputs = set(graph.outputs)
+    moved: dict[str, int] = {}
+    for n in reversed(list(nx.topological_sort(dag))):
+        op, readers = by_name[n], list(dag.successors(n))
+        if n not in mem or op.kind not in MOVEMENT or outputs & set(op.outputs) or not readers \
+                or any(r not in mem for r in readers):
+            continue
+        at = {moved.get(r, depth[r]) for r in readers}
+        if len(at) == 1 and (d := at.pop()) > depth[n]:
+            moved[n] = d
+    size = {t.name: t.size for t in graph.tensors.values()}
+    changed = True
+    while changed:
+        changed = False
+        for n, d in list(moved.items()):
+            op = by_name[n]
+            shrinks = any(producer.get(x) in mem and producer[x] not in moved and size[x] > size[op.outputs[0]]
+                          for x in op.inputs)
+            stranded = any(moved.get(r, depth[r]) != d for r in dag.successors(n))
+            if shrinks or stranded:
+                del moved[n]
+                changed = True
+    return moved
 
 
 def _library_depth(dag: nx.DiGraph, mem: set) -> dict[str, int]:

@@ -96,6 +96,7 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     given_graph, given_subgraphs = part.graph, part.subgraphs
     g, subgraphs = recompute_cheap_producers(part.graph, part.subgraphs, target)
     g, subgraphs = innermost_reductions(g, subgraphs)
+    g, subgraphs = recompute_cheap_producers(g, subgraphs, target)  # windows reorder split into single views
     part = replace(part, graph=g, subgraphs=subgraphs)
     result = Plan(g, target, part, [])
     cache = {} if cache is None else cache

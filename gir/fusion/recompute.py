@@ -27,7 +27,7 @@ import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor
 from gir.ir.dtypes import itemsize, np_dtype
-from gir.ir.expr import Call, Input, call, count_ops, substitute
+from gir.ir.expr import Call, Input, call, count_ops, evaluate, substitute
 from gir.ir.target import Target
 from gir.templates.common import broadcast_strides
 
@@ -52,6 +52,8 @@ def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]],
             producer = {o: op for op in sub for o in op.outputs}
             for p in sub:
                 rewrites = _inlinings(current, sub, comp, users, producer, p, target) if p.kind == "elementwise" else None
+                if p.kind == "elementwise" and not rewrites:
+                    rewrites = _inlinings_into_copies(current, sub, comp, producer, p, target)
                 if rewrites:
                     for reader, new in rewrites:
                         splice(ops, reader, new)
@@ -109,6 +111,48 @@ def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp, target
     return rewrites
 
 
+def _inlinings_into_copies(graph: BasicGraph, sub, comp, producer, p: BasicOp, target: Target):
+    """As `_inlinings`, where some of p's result leaves the subgraph (or the model) through a
+    copying layout that is one view of it: a transpose or head split feeding a library matmul.
+    Each such copy becomes a view and an identity elementwise op, which then takes p's
+    expression, so p is computed where the copy wrote (BERT's bias adds before the head
+    transposes: one kernel instead of an add and a copy). None where p does not then inline."""
+    inside = {id(op) for op in sub}
+    users = graph.consumers()
+    copies = [m for m in sub if m.kind == "layout" and _copies_out(graph, comp, users, inside, m, p.outputs[0])]
+    if not copies:
+        return None
+    tensors, ops, trial = dict(graph.tensors), list(graph.ops), list(sub)
+    split = {}
+    for m in copies:
+        moved = f"{m.outputs[0]}/moved"
+        tensors[moved] = Tensor(moved, tensors[m.outputs[0]].shape, tensors[m.outputs[0]].dtype)
+        split[id(m)] = [replace(m, outputs=[moved]),
+                        BasicOp(f"{m.name}/copy", "elementwise", [moved], list(m.outputs), {"expr": Input(0), "dtype": tensors[m.outputs[0]].dtype}, m.origin)]
+        splice(ops, m, split[id(m)])
+        splice(trial, m, split[id(m)])
+    current = replace(graph, tensors=tensors, ops=ops)
+    rewrites = _inlinings(current, trial, compose(current, trial), current.consumers(),
+                          {o: op for op in trial for o in op.outputs}, p, target)
+    if not rewrites:
+        return None
+    graph.tensors.update(tensors)
+    return [(m, split[id(m)]) for m in copies] + rewrites
+
+
+def _copies_out(graph: BasicGraph, comp, users, inside, m: BasicOp, result: str) -> bool:
+    """m writes a tensor read outside the subgraph (or returned) whose elements all come from
+    `result`, through one view of it."""
+    w = m.outputs[0]
+    content = comp.contents.get(w)
+    if content is None or {q.source for q in content.pieces} != {result}:
+        return False
+    if w not in graph.outputs and all(id(op) in inside for op in users.get(w, [])):
+        return False
+    shape = graph.tensors[w].shape or (1,)
+    return single_view(content, shape, broadcast_strides(shape, shape)) is not None
+
+
 def _absorbing(graph: BasicGraph, producer, users, p: BasicOp) -> BasicOp:
     """p with the elementwise producers of its operands substituted in, where p is their only
     reader and reads them in place (SAR-DRN's batch norm and ReLU before the residual add):
@@ -139,7 +183,7 @@ def _pays(graph: BasicGraph, p: BasicOp, readers, via, frames, target: Target) -
     for r in readers:
         moved = [n for n in r.inputs if n in via and n != p.outputs[0]]
         if moved:
-            padded = any(frames[via[n]] is not None for n in moved)
+            padded = any(frames[via[n]] is not None and not _border_kept(graph, p, frames[via[n]]) for n in moved)
             extra += max(0, t[r.outputs[0]].size - result.size) * (count_ops(p.attrs["expr"]) + 2 * padded)
     saved = 2 * result.size * itemsize(result.dtype)
     return extra / target.peak_flops <= saved / target.dram_bandwidth
@@ -202,7 +246,7 @@ def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, frames) -> list[Ba
         if _expands(shape, frame_shape, view[2]) and not _cheap(p.attrs["expr"]):
             return None
         operands = {}
-        mask = [] if pad is None else [_inside_mask(graph, pad)]
+        mask = [] if pad is None or _border_kept(graph, p, pad) else [_inside_mask(graph, pad)]
         for j, x in enumerate(p.inputs + mask):
             tag = f"{p.name}:in{i}.{j}"
             source, prep = (x, []) if pad is None or x in mask else _padded_operand(graph, pad, x, f"{r.name}/recompute {tag}")
@@ -218,7 +262,7 @@ def _inlined(graph: BasicGraph, comp, p: BasicOp, r: BasicOp, frames) -> list[Ba
             inputs.append(moved)
             operands[j] = Input(len(inputs) - 1)
         value = substitute(p.attrs["expr"], operands)
-        if pad is not None:
+        if mask:
             value = call("where", call("gt", operands[len(p.inputs)], 0.5), value, pad.attrs.get("value", 0.0))
         replacement[i] = value
     expr = substitute(r.attrs["expr"], replacement)
@@ -246,6 +290,27 @@ def _padded_operand(graph: BasicGraph, pad: BasicOp, x: str, name: str):
         t[out] = Tensor(out, padded[rank - len(t[x].shape):], t[x].dtype)
     pads = pads[rank - len(t[x].shape):]
     return out, [BasicOp(f"{name}:pad", "pad", [x], [out], {"pads": tuple(pads), "mode": "constant", "value": 0.0}, pad.origin)]
+
+
+def _border_kept(graph: BasicGraph, p: BasicOp, pad: BasicOp) -> bool:
+    """p computed on the pad's border (its padded operands there 0, the others, constants
+    broadcast along every padded dimension, as they are) gives the pad value everywhere: the
+    recomputation needs no inside mask (a ReLU through a zero pad; not a batch norm, whose
+    shift is nonzero)."""
+    t = graph.tensors
+    rank = len(t[pad.outputs[0]].shape)
+    values = []
+    for x in p.inputs:
+        own = (1,) * (rank - len(t[x].shape)) + tuple(t[x].shape)
+        if all(n == 1 or q == (0, 0) for q, n in zip(pad.attrs["pads"], own)):
+            if not t[x].is_const:
+                return False
+            values.append(np.asarray(t[x].value).reshape(own))
+        else:
+            values.append(np.zeros((1,) * rank, np_dtype(t[x].dtype)))
+    with np.errstate(all="ignore"):
+        border = evaluate(p.attrs["expr"], values)
+    return bool(np.all(border == pad.attrs.get("value", 0.0)))
 
 
 def _inside_mask(graph: BasicGraph, pad: BasicOp) -> str:
