@@ -395,6 +395,52 @@ def test_unfold_joins_the_subgraph_that_reads_it():
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("act, swapped", [("Relu", True), ("Sigmoid", True), ("Abs", False), ("Neg", False)])
+def test_monotone_activation_moves_after_the_max_pooling_that_reads_it(act, swapped):
+    """ResNet's stem: ReLU then a padded 3x3/2 max pooling. ReLU is non-decreasing, so it
+    commutes with max and becomes the pooling's epilogue: one kernel at the bound instead of the
+    activation written at full size and read back. |x| and -x do not commute with max and stay."""
+    rng = np.random.default_rng(14)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node(act, ["x"], ["a"]),
+             helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "stem_pool", [x], [y]),
+                                                                opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("a100"), limit=2)
+    written = {t for k in p.kernels for t in k.writes}
+    assert ("a" not in written) == swapped
+    assert (sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)) == swapped
+    feeds = {"x": rng.standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_activation_stays_before_a_pooling_with_a_window_of_padding_only():
+    """relu(max) == max(relu) fails where a window holds only the -inf pad (relu(-inf) is 0):
+    such a pooling keeps its activation first. Windows of 2 at stride 2 over a pad of 2: the
+    corner windows read padding only."""
+    from math import inf
+
+    from gir.frontend.basic import BasicGraph, BasicOp, Tensor
+    from gir.fusion.commute import pooling_before_monotone_ops
+    from gir.ir.expr import Input, call
+
+    tensors = {n: Tensor(n, s, "float32") for n, s in
+               (("x", (1, 1, 4, 4)), ("a", (1, 1, 4, 4)), ("ap", (1, 1, 8, 8)), ("win", (1, 1, 4, 4, 2, 2)), ("y", (1, 1, 4, 4)))}
+    ops = [BasicOp("relu", "elementwise", ["x"], ["a"], {"expr": call("relu", Input(0)), "dtype": "float32"}, "test"),
+           BasicOp("pad", "pad", ["a"], ["ap"], {"pads": ((0, 0), (0, 0), (2, 2), (2, 2)), "mode": "constant", "value": -inf}, "test"),
+           BasicOp("win", "layout", ["ap"], ["win"], {"offset": 0, "shape": (1, 1, 4, 4, 2, 2), "strides": (64, 64, 16, 2, 8, 1)}, "test"),
+           BasicOp("max", "reduce", ["win"], ["y"], {"op": "max", "axes": (4, 5), "keepdims": False}, "test")]
+    graph = BasicGraph(tensors, ops, ["x"], ["y"], "corner_pool")
+    _, [sub] = pooling_before_monotone_ops(graph, [list(ops)])
+    assert [op.name for op in sub] == ["relu", "pad", "win", "max"]
+    ops[1].attrs["pads"], tensors["ap"] = ((0, 0), (0, 0), (1, 1), (1, 1)), Tensor("ap", (1, 1, 6, 6), "float32")
+    ops[2].attrs.update(shape=(1, 1, 3, 3, 2, 2), strides=(36, 36, 12, 2, 6, 1))
+    tensors["win"], tensors["y"] = Tensor("win", (1, 1, 3, 3, 2, 2), "float32"), Tensor("y", (1, 1, 3, 3), "float32")
+    _, [sub] = pooling_before_monotone_ops(graph, [list(ops)])
+    assert sub[-1].name == "relu/after max" and "relu" not in [op.name for op in sub]
+
+
 def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     """GPT-2 decode's shape: [1, 768] x [768, 512] is memory-bound, lowered to a product and a
     sum over K. On the CPU a whole row of 768 per unit fits its registers, so the two fuse: no

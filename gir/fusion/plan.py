@@ -29,6 +29,7 @@ from .group import aligned, common_structures
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
 from .perf import Estimate, estimate
+from .commute import pooling_before_monotone_ops
 from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
 
@@ -94,7 +95,8 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     start = time.perf_counter()
     part = partition(_fold_shape_only(graph), target)
     given_graph, given_subgraphs = part.graph, part.subgraphs
-    g, subgraphs = recompute_cheap_producers(part.graph, part.subgraphs, target)
+    g, subgraphs = pooling_before_monotone_ops(part.graph, part.subgraphs)
+    g, subgraphs = recompute_cheap_producers(g, subgraphs, target)
     g, subgraphs = innermost_reductions(g, subgraphs)
     g, subgraphs = recompute_cheap_producers(g, subgraphs, target)  # windows reorder split into single views
     part = replace(part, graph=g, subgraphs=subgraphs)
