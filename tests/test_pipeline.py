@@ -395,16 +395,18 @@ def test_unfold_joins_the_subgraph_that_reads_it():
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("kernel, pads", [([3, 3], [1, 1, 1, 1]), ([2, 2], [0, 0, 0, 0])])
 @pytest.mark.parametrize("act, swapped", [("Relu", True), ("Sigmoid", True), ("Abs", False), ("Neg", False)])
-def test_monotone_activation_moves_after_the_max_pooling_that_reads_it(act, swapped):
+def test_monotone_activation_moves_after_the_max_pooling_that_reads_it(act, swapped, kernel, pads):
     """ResNet's stem: ReLU then a padded 3x3/2 max pooling. ReLU is non-decreasing, so it
     commutes with max and becomes the pooling's epilogue: one kernel at the bound instead of the
-    activation written at full size and read back. |x| and -x do not commute with max and stay."""
+    activation written at full size and read back (with a -inf pad, or a 2x2/2 pooling without
+    one). |x| and -x do not commute with max and stay."""
     rng = np.random.default_rng(14)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     nodes = [helper.make_node(act, ["x"], ["a"]),
-             helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+             helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=kernel, strides=[2, 2], pads=pads)]
     model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "stem_pool", [x], [y]),
                                                                 opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
     p = plan(load(model), get_target("a100"), limit=2)

@@ -34,14 +34,15 @@ def pooling_before_monotone_ops(graph: BasicGraph, subgraphs: list[list[BasicOp]
             chain = _pooling_chain(graph, tensors, users, sub, p)
             if chain is None:
                 continue
-            pad, window, pool = chain
-            moved = [_renamed(tensors, op, p.inputs[0] if op is pad else None) for op in (pad, window, pool)]
-            moved[1] = replace(moved[1], inputs=moved[0].outputs)
-            moved[2] = replace(moved[2], inputs=moved[1].outputs)
-            epilogue = replace(p, name=f"{p.name}/after {pool.name}", inputs=moved[2].outputs, outputs=list(pool.outputs))
-            for old, new in ((pad, moved[0]), (window, moved[1]), (pool, [moved[2], epilogue])):
-                splice(ops, old, new if isinstance(new, list) else [new])
-                splice(sub, old, new if isinstance(new, list) else [new])
+            steps, source, moved = [op for op in chain if op is not None], p.inputs[0], []
+            for op in steps:
+                moved.append(_renamed(tensors, op, source))
+                source = moved[-1].outputs[0]
+            pool = steps[-1]
+            epilogue = replace(p, name=f"{p.name}/after {pool.name}", inputs=[source], outputs=list(pool.outputs))
+            for old, new in zip(steps, [[m] for m in moved[:-1]] + [[moved[-1], epilogue]]):
+                splice(ops, old, new)
+                splice(sub, old, new)
             ops[:] = [op for op in ops if op is not p]
             sub[:] = [op for op in sub if op is not p]
         out.append(sub)
@@ -89,12 +90,12 @@ def _every_window_holds_input(tensors, pad, window, pool) -> bool:
     return bool(seen.any(axis=tuple(pool.attrs["axes"])).all())
 
 
-def _renamed(tensors, op: BasicOp, source: str | None) -> BasicOp:
-    """A copy of op (reading `source` when given) writing a new tensor of its output's shape."""
+def _renamed(tensors, op: BasicOp, source: str) -> BasicOp:
+    """A copy of op reading `source` and writing a new tensor of its output's shape."""
     old = tensors[op.outputs[0]]
     name = f"{op.outputs[0]}/before monotone"
     tensors[name] = Tensor(name, old.shape, old.dtype)
-    return replace(op, name=f"{op.name}/before monotone", inputs=[source] if source else list(op.inputs), outputs=[name])
+    return replace(op, name=f"{op.name}/before monotone", inputs=[source], outputs=[name])
 
 
 def _non_decreasing(expr) -> bool:

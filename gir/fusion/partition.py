@@ -19,6 +19,8 @@ from gir.frontend.lower import lower_conv, lower_matmul, splice
 from gir.ir.dtypes import itemsize
 from gir.ir.target import Target
 
+from .compose import MOVEMENT
+
 LIBRARY_KINDS = ("matmul", "conv")
 
 
@@ -99,9 +101,6 @@ def convex_subgraphs(graph: BasicGraph, memory: list[BasicOp]) -> list[list[Basi
     return [[by_name[n] for n in sorted(part, key=order.get)] for part in parts]
 
 
-MOVEMENT = ("layout", "view", "concat", "pad")
-
-
 def _movement_with_readers(dag: nx.DiGraph, graph: BasicGraph, by_name, mem: set, depth) -> dict[str, int]:
     """Movement ops all of whose readers are memory ops of one later subgraph, with the depth
     of that subgraph: they join their readers instead of writing their result for them.
@@ -116,19 +115,18 @@ def _movement_with_readers(dag: nx.DiGraph, graph: BasicGraph, by_name, mem: set
     moved: dict[str, int] = {}
     for n in reversed(list(nx.topological_sort(dag))):
         op, readers = by_name[n], list(dag.successors(n))
-        if n not in mem or op.kind not in MOVEMENT or outputs & set(op.outputs) or not readers \
+        if n not in mem or op.kind not in (*MOVEMENT, "pad") or outputs & set(op.outputs) or not readers \
                 or any(r not in mem for r in readers):
             continue
         at = {moved.get(r, depth[r]) for r in readers}
         if len(at) == 1 and (d := at.pop()) > depth[n]:
             moved[n] = d
-    size = {t.name: t.size for t in graph.tensors.values()}
     changed = True
     while changed:
         changed = False
         for n, d in list(moved.items()):
             op = by_name[n]
-            shrinks = any(producer.get(x) in mem and producer[x] not in moved and size[x] > size[op.outputs[0]]
+            shrinks = any(producer.get(x) in mem and producer[x] not in moved and graph.tensors[x].size > graph.tensors[op.outputs[0]].size
                           for x in op.inputs)
             stranded = any(moved.get(r, depth[r]) != d for r in dag.successors(n))
             if shrinks or stranded:

@@ -25,7 +25,7 @@ from math import prod
 
 import numpy as np
 
-from gir.frontend.basic import BasicGraph, BasicOp, Tensor
+from gir.frontend.basic import BasicGraph, BasicOp, Tensor, contiguous_strides
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.expr import Call, Input, call, count_ops, evaluate, substitute
 from gir.ir.target import Target
@@ -53,7 +53,7 @@ def recompute_cheap_producers(graph: BasicGraph, subgraphs: list[list[BasicOp]],
             for p in sub:
                 rewrites = _inlinings(current, sub, comp, users, producer, p, target) if p.kind == "elementwise" else None
                 if p.kind == "elementwise" and not rewrites:
-                    rewrites = _inlinings_into_copies(current, sub, comp, producer, p, target)
+                    rewrites = _inlinings_into_copies(current, sub, comp, users, p, target)
                 if rewrites:
                     for reader, new in rewrites:
                         splice(ops, reader, new)
@@ -111,14 +111,13 @@ def _inlinings(graph: BasicGraph, sub, comp, users, producer, p: BasicOp, target
     return rewrites
 
 
-def _inlinings_into_copies(graph: BasicGraph, sub, comp, producer, p: BasicOp, target: Target):
+def _inlinings_into_copies(graph: BasicGraph, sub, comp, users, p: BasicOp, target: Target):
     """As `_inlinings`, where some of p's result leaves the subgraph (or the model) through a
     copying layout that is one view of it: a transpose or head split feeding a library matmul.
     Each such copy becomes a view and an identity elementwise op, which then takes p's
     expression, so p is computed where the copy wrote (BERT's bias adds before the head
     transposes: one kernel instead of an add and a copy). None where p does not then inline."""
     inside = {id(op) for op in sub}
-    users = graph.consumers()
     copies = [m for m in sub if m.kind == "layout" and _copies_out(graph, comp, users, inside, m, p.outputs[0])]
     if not copies:
         return None
@@ -150,7 +149,7 @@ def _copies_out(graph: BasicGraph, comp, users, inside, m: BasicOp, result: str)
     if w not in graph.outputs and all(id(op) in inside for op in users.get(w, [])):
         return False
     shape = graph.tensors[w].shape or (1,)
-    return single_view(content, shape, broadcast_strides(shape, shape)) is not None
+    return single_view(content, shape, contiguous_strides(shape)) is not None
 
 
 def _absorbing(graph: BasicGraph, producer, users, p: BasicOp) -> BasicOp:
@@ -281,8 +280,8 @@ def _padded_operand(graph: BasicGraph, pad: BasicOp, x: str, name: str):
     t = graph.tensors
     rank = len(t[pad.outputs[0]].shape)
     own = (1,) * (rank - len(t[x].shape)) + tuple(t[x].shape)
-    pads = [tuple(q) if n > 1 else (0, 0) for q, n in zip(pad.attrs["pads"], own)]
-    if all(q == (0, 0) for q in pads):
+    pads = _operand_pads(pad, own)
+    if pads is None:
         return x, []
     out = f"{name}:pad"
     if out not in t:
@@ -290,6 +289,14 @@ def _padded_operand(graph: BasicGraph, pad: BasicOp, x: str, name: str):
         t[out] = Tensor(out, padded[rank - len(t[x].shape):], t[x].dtype)
     pads = pads[rank - len(t[x].shape):]
     return out, [BasicOp(f"{name}:pad", "pad", [x], [out], {"pads": tuple(pads), "mode": "constant", "value": 0.0}, pad.origin)]
+
+
+def _operand_pads(pad: BasicOp, own) -> list | None:
+    """The pad an operand of shape `own` (aligned to the pad's rank) gets: the pad's own along
+    the dimensions it spans, none where it is broadcast; None when it is broadcast along every
+    padded dimension (read as it is)."""
+    pads = [tuple(q) if n > 1 else (0, 0) for q, n in zip(pad.attrs["pads"], own)]
+    return None if all(q == (0, 0) for q in pads) else pads
 
 
 def _border_kept(graph: BasicGraph, p: BasicOp, pad: BasicOp) -> bool:
@@ -302,7 +309,7 @@ def _border_kept(graph: BasicGraph, p: BasicOp, pad: BasicOp) -> bool:
     values = []
     for x in p.inputs:
         own = (1,) * (rank - len(t[x].shape)) + tuple(t[x].shape)
-        if all(n == 1 or q == (0, 0) for q, n in zip(pad.attrs["pads"], own)):
+        if _operand_pads(pad, own) is None:
             if not t[x].is_const:
                 return False
             values.append(np.asarray(t[x].value).reshape(own))
