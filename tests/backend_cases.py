@@ -140,3 +140,40 @@ def fused_graph(model: str, shape: tuple, target, structure: str | None):
     rng = np.random.default_rng(5)
     feeds = {n: rng.standard_normal(g.tensors[n].shape).astype(np.float32) for n in g.inputs}
     return graph, feeds | {n: t.value for n, t in g.tensors.items() if t.value is not None}
+
+
+def attention_model(seq: int, heads: int, dim: int, seed: int = 12):
+    """Self-attention over token-major q, k, v (BERT's layout): heads split, scaled QK^T plus a
+    mask, softmax, P @ V, heads merged back."""
+    import onnx
+    rng = np.random.default_rng(seed)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, seq, heads * dim]) for n in ("xq", "xk", "xv")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(np.array([1, seq, heads, dim]), "split_heads"),
+             numpy_helper.from_array(np.array([1, seq, heads * dim]), "merge_heads"),
+             numpy_helper.from_array(np.array(dim ** 0.5, np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal((1, 1, 1, seq)).astype(np.float32), "mask")]
+    nodes = [helper.make_node("Reshape", [f"x{n}", "split_heads"], [f"{n}4"]) for n in "qkv"]
+    nodes += [helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+              helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+              helper.make_node("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3]),
+              helper.make_node("MatMul", ["qt", "kt"], ["scores"]), helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+              helper.make_node("Add", ["scaled", "mask"], ["masked"]), helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "vt"], ["ctx"]), helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "merge_heads"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "attention", inputs, [y], inits),
+                              opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def planned_attention(target) -> tuple:
+    """The largest kernel of the attention model planned for `target` (a Target; on the GPUs the
+    whole attention in one kernel: scores and probabilities in registers and shared memory)."""
+    from gir.fusion.plan import plan
+    g = load(attention_model(seq=64, heads=2, dim=32))
+    kernel = max(plan(g, target, limit=2).kernels, key=lambda k: len(k.ops))
+    rng = np.random.default_rng(5)
+    feeds = {b.name: g.tensors[b.name].value if g.tensors[b.name].value is not None
+             else rng.standard_normal(b.shape).astype(np.float32)
+             for b in kernel.graph.buffers.values() if b.role in ("input", "const")}
+    return kernel.graph, feeds

@@ -28,7 +28,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from backend_cases import PAD_MODES, PAD_SHAPES, compare, fused_graph, seeded_feeds, template_cases
+from backend_cases import PAD_MODES, PAD_SHAPES, compare, fused_graph, planned_attention, seeded_feeds, template_cases
 from gir.backends.cpu import compiler as cpu
 from gir.backends.cuda.compiler import compile_cuda
 from gir.backends.cuda.emitter import CudaEmitter
@@ -267,7 +267,8 @@ def expression_graph(target: str):
     return g, feeds
 
 
-HAND = {"exchange": exchange_graph, "expressions": expression_graph}
+HAND = {"exchange": exchange_graph, "expressions": expression_graph,
+        "attention": lambda target: planned_attention(get_target(target))}
 
 
 # -- jobs and their workers ---------------------------------------------------------------------

@@ -166,3 +166,16 @@ def test_appending_gops_gives_the_edges_and_order_a_rebuild_gives(build):
     g.replace(order[0], g.op(order[0]))  # a mutation: every edge rebuilt, the order recomputed
     assert {(a, b): (d["kind"], d["slice"]) for a, b, d in g.graph.edges(data=True)} == appended
     assert g.order() == order
+
+
+def test_same_pattern_compares_masked_slices_dimension_by_dimension():
+    """A (1, 32) row and a (32,) vector under the same ragged limit list the same elements, so
+    merging may read a store back from registers (a softmax reading the scores it just scaled);
+    another limit, or a mask on one side only, is another pattern."""
+    from gir.ir import Slice, W
+    limit = -32 * W + 128
+    row = Slice("s", 128 * W, (1, 32), (128, 1), (None, limit))
+    assert row.same_pattern(Slice("s", 128 * W, (32,), (1,), (limit,)))
+    assert not row.same_pattern(Slice("s", 128 * W, (32,), (1,), (limit - 1,)))
+    assert not row.same_pattern(Slice("s", 128 * W, (32,), (1,)))
+    assert not row.same_pattern(Slice("s", 128 * W, (1, 32), (128, 2), (None, limit)))

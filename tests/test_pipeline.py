@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import models
+from backend_cases import attention_model
 from gir.frontend import load
 from gir.fusion.partition import partition
 from gir.fusion.plan import plan
@@ -401,7 +402,8 @@ def test_monotone_activation_moves_after_the_max_pooling_that_reads_it(act, swap
     """ResNet's stem: ReLU then a padded 3x3/2 max pooling. ReLU is non-decreasing, so it
     commutes with max and becomes the pooling's epilogue: one kernel at the bound instead of the
     activation written at full size and read back (with a -inf pad, or a 2x2/2 pooling without
-    one). |x| and -x do not commute with max and stay."""
+    one). |x| and -x do not commute with max and stay before it (where windows do not overlap,
+    the pooling kernel may still compute them on its loads)."""
     rng = np.random.default_rng(14)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
@@ -410,9 +412,11 @@ def test_monotone_activation_moves_after_the_max_pooling_that_reads_it(act, swap
     model = onnx.shape_inference.infer_shapes(helper.make_model(helper.make_graph(nodes, "stem_pool", [x], [y]),
                                                                 opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
     p = plan(load(model), get_target("a100"), limit=2)
-    written = {t for k in p.kernels for t in k.writes}
-    assert ("a" not in written) == swapped
-    assert (sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)) == swapped
+    producer = {op.outputs[0]: op for op in p.graph.ops}
+    assert (producer["y"].kind == "elementwise") == swapped
+    if swapped:
+        assert "a" not in {t for k in p.kernels for t in k.writes}
+        assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
     feeds = {"x": rng.standard_normal((1, 8, 16, 16)).astype(np.float32)}
     np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6)
 
@@ -459,3 +463,22 @@ def test_matrix_vector_product_is_one_kernel_on_the_cpu_target():
     assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
     x = rng.standard_normal((1, 768)).astype(np.float32)
     np.testing.assert_allclose(execute(p, {"a": x})["y"], x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_is_one_kernel_where_its_products_are_memory_bound():
+    """Self-attention on H100, where QK^T and P @ V fall below the ridge: the scores, their
+    softmax and the weighted sum share one block per (head, query row), so the scores and the
+    probabilities stay in registers and shared memory: one kernel, no (heads, seq, seq) tensor
+    written, DRAM bytes at the bound, and the numbers match onnxruntime. (Its CUDA and HIP
+    source is checked in test_emitters.py.)"""
+    seq, heads, dim = 64, 2, 32
+    model = attention_model(seq, heads, dim)
+    graph = load(model)
+    p = plan(graph, get_target("h100"), limit=2)
+    assert not p.partition.library and len(p.kernels) == 1
+    scores = {t.name for t in graph.tensors.values() if t.shape == (1, heads, seq, seq)}
+    assert scores and not {b.name for b in p.kernels[0].graph.buffers.values() if b.level == "dram"} & scores
+    assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+    rng = np.random.default_rng(12)
+    feeds = {n: rng.standard_normal((1, seq, heads * dim)).astype(np.float32) for n in ("xq", "xk", "xv")}
+    np.testing.assert_allclose(execute(p, feeds, check_races=True)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)

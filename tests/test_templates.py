@@ -73,6 +73,18 @@ def test_reduce_every_structure(target, shape, axes, kind):
     check_all(op, ts, lambda x: fn(x * scale, axis=axes), target, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("order", [(1, 0, 2), (2, 0, 1)])
+def test_reduce_writes_its_result_transposed_by_order(target, order):
+    """A planner-made `order` (P @ V's heads transposed back to tokens): every structure writes
+    the permuted result directly, also where the innermost kept dimension moves."""
+    shape = (3, 4, 40, 6)
+    out = tuple((3, 4, 40)[i] for i in order)
+    ts = {"x": T("x", shape), "y": T("y", out)}
+    op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "sum", "axes": (3,), "keepdims": False, "order": order}, "r")
+    check_all(op, ts, lambda x: np.sum(x, axis=3).transpose(order), target, rtol=1e-4, atol=1e-4)
+
+
 def test_reduce_offers_all_four_structures_for_long_rows():
     ts = {"x": T("x", (4, 70000)), "y": T("y", (4,))}
     op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "sum", "axes": (1,), "keepdims": False}, "r")

@@ -8,7 +8,8 @@ Every op has exactly one output. Kinds and attrs (reference.py implements exactl
   elementwise  expr (gir.ir.expr.Expr, Input(i) = inputs[i]), dtype (output dtype). Inputs are
                numpy-broadcast to the output shape; Consts take ``compute_dtype``.
   reduce       op in REDUCE_OPS, axes (sorted non-negative tuple), keepdims (bool); fp16 sums
-               accumulate in fp32.
+               accumulate in fp32. The planner may add order (a permutation of the kept
+               dimensions, without keepdims): the result is written transposed by it.
   layout       offset, shape, strides (ints, may be 0 or negative), in elements of the input's
                flat row-major storage: out_flat[k] = in_flat[offset + sum_d idx_d(k) * strides[d]],
                idx(k) = k unravelled in ``shape``; the output's own shape has the same size.
@@ -116,10 +117,12 @@ def compute_dtype(input_dtypes: list[str], out_dtype: str) -> str:
     return "bool"
 
 
-def reduce_shape(shape, axes, keepdims) -> tuple[int, ...]:
+def reduce_shape(shape, axes, keepdims, order=None) -> tuple[int, ...]:
+    """`order` (planner-made, never with keepdims): result dimension i is kept dimension order[i]."""
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return tuple(d for i, d in enumerate(shape) if i not in axes)
+    kept = tuple(d for i, d in enumerate(shape) if i not in axes)
+    return kept if order is None else tuple(kept[i] for i in order)
 
 
 def conv_out_shape(x_shape, w_shape, strides, pads, dilations, group) -> tuple[int, ...]:
@@ -135,7 +138,7 @@ def infer(kind: str, attrs: dict, ins: list[Tensor]) -> tuple[tuple[int, ...], s
     """Output (shape, dtype) of a basic op, or None where the kind takes it from the caller
     (elementwise, layout and view outputs carry their shape in the output Tensor)."""
     if kind == "reduce":
-        return reduce_shape(ins[0].shape, attrs["axes"], attrs["keepdims"]), ins[0].dtype
+        return reduce_shape(ins[0].shape, attrs["axes"], attrs["keepdims"], attrs.get("order")), ins[0].dtype
     if kind == "concat":
         ax = attrs["axis"]
         shape = list(ins[0].shape)

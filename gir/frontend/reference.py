@@ -66,6 +66,11 @@ def _empty_identity(op: str, dtype: np.dtype):
 
 
 def _reduce(a, args, ins, out):
+    result = _reduce_kept(a, args, ins)
+    return result if a.get("order") is None else np.transpose(result, a["order"])
+
+
+def _reduce_kept(a, args, ins):
     x = args[0]
     axes, keep = tuple(a["axes"]), bool(a["keepdims"])
     acc = np_dtype(accumulator(ins[0].dtype))

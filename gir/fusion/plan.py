@@ -9,6 +9,7 @@ input read once, each escaping output written once).
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
@@ -139,14 +140,17 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     still_read = {t for op in g.ops if id(op) not in absorbed for t in op.inputs
                   if t not in unread.get(op.name, set())} | set(g.outputs) | comp.materialized
     comp.written = [t for t in comp.written if t in still_read]
-    views = {id(op) for op in comp.absorbed if op.kind == "view"}  # pure aliases: not readers
     kernels = []
     for cands in copy_candidates(g, comp, target, []):
         kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None))
     copies = {b for k in kernels for b in k.graph.buffers}
     rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread)]
-    for group in _groups(g, rest, ops, cands_for, aliases):
-        kernels.append(_fuse_group(g, group, target, limit, cache, aliases, cands_for, views))
+    inside = {id(op) for op in ops}
+    outside = {aliases.get(t, t) for op in g.ops if id(op) not in inside for t in op.inputs}
+    outside |= {aliases.get(t, t) for t in g.outputs} | {b.name for k in kernels for b in k.graph.buffers.values()
+                                                       if b.role == "input"}
+    fuse = partial(_fuse_group, g, target=target, limit=limit, cache=cache, aliases=aliases, cands_for=cands_for)
+    kernels += _fused_groups(g, rest, ops, outside, fuse, cands_for, aliases)
     g0, ops0 = given
     produced = {t for op in ops0 for t in op.outputs}
     external = {aliases.get(t, t) for op in ops0 for t in op.inputs if t not in produced}
@@ -156,6 +160,37 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     accessed = sum(sum(level_bytes(k.graph).values()) for k in kernels)
     bound = _nbytes(g0, escaping) + sum(_compulsory_read(g0, ops0, t, aliases) for t in external - escaping)
     return Subgraph(ops, kernels, unfused, gir, bound, accessed)
+
+
+def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases) -> list[Kernel]:
+    """Kernels of the greedy grouping, formed twice: with ops joining a group they read only
+    through a folded layout (P @ V reading the probabilities through its broadcast: attention
+    is then one kernel) and without (a conv window reading its producer's neighbours would keep
+    a device sync in the group and drag its structure, or split a product from its sum). The
+    one the performance model finds faster is kept."""
+    def reads(group):
+        return {aliases.get(t, t) for op in group for t in _sources(op, cands_for)}
+
+    def kernels_of(groups):
+        read = [reads(group) for group in groups]
+        out = []
+        for i, group in enumerate(groups):
+            elsewhere = outside.union(*(r for j, r in enumerate(read) if j != i))
+            out.append(fuse(group, escaping={t for op in group for t in op.outputs if aliases.get(t, t) in elsewhere}))
+        return out
+
+    direct = _groups(g, ops, subgraph, cands_for, aliases, through_folds=False)
+    folded = _groups(g, ops, subgraph, cands_for, aliases, through_folds=True)
+    best = kernels_of(direct)
+    if folded != direct:
+        other = kernels_of(folded)
+        if _modelled(other) < _modelled(best):
+            best = other
+    return best
+
+
+def _modelled(kernels: list[Kernel]) -> tuple[float, int]:
+    return sum(k.estimate.seconds for k in kernels), sum(k.estimate.dram_bytes for k in kernels)
 
 
 def _compulsory_read(g: BasicGraph, ops: list[BasicOp], name: str, aliases) -> int:
@@ -177,31 +212,35 @@ def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies, unrea
     return not any(out in c.graph.buffers for r in rest if r is not op for c in cands_for(r).candidates)
 
 
-def _escaping(g: BasicGraph, ops: list[BasicOp], aliases=None, absorbed=frozenset()) -> set[str]:
-    """Tensors `ops` produce that the model returns or another op reads. With `aliases`, a read
-    through a view (an absorbed op, storage shared) counts as a read of the storage."""
-    aliases = aliases or {}
-    inside = {id(op) for op in ops} | set(absorbed)
+def _escaping(g: BasicGraph, ops: list[BasicOp]) -> set[str]:
+    """Tensors `ops` produce that the model returns or another op reads."""
+    inside = {id(op) for op in ops}
     produced = {t for op in ops for t in op.outputs}
-    used = {aliases.get(t, t) for op in g.ops if id(op) not in inside for t in op.inputs}
-    used |= {aliases.get(t, t) for t in g.outputs}
-    return {t for t in produced if t in used or aliases.get(t, t) in used}
+    used = {t for op in g.ops if id(op) not in inside for t in op.inputs} | set(g.outputs)
+    return produced & used
 
 
-def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_for, aliases) -> list[list[BasicOp]]:
+def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_for, aliases,
+            through_folds: bool) -> list[list[BasicOp]]:
     """Greedy, in program order: an op joins the current group when it reads something the
     group produced, every op of the group still shares a parallel primitive with it, and no
     path from the group reaches it through an op outside the group (the kernel would then
-    both feed and wait for that op)."""
-    dag = nx.DiGraph()  # views that share storage (aliases) are no hop: their readers read the storage
+    both feed and wait for that op). Views that share storage (aliases) are no hop: their
+    readers read the storage. `through_folds`: nor is a layout folded into its reader, which
+    reads the layout's source."""
+    fused = {id(op) for op in ops}
+
+    def reads(op):
+        return _sources(op, cands_for) if through_folds and id(op) in fused else op.inputs
+    dag = nx.DiGraph()
     producer = {aliases.get(t, t): op.name for op in subgraph for t in op.outputs if t not in aliases}
     for op in subgraph:
         dag.add_node(op.name)
-        dag.add_edges_from((producer[aliases.get(t, t)], op.name) for t in op.inputs if aliases.get(t, t) in producer)
+        dag.add_edges_from((producer[aliases.get(t, t)], op.name) for t in reads(op) if aliases.get(t, t) in producer)
     groups, current = [], []
     produced: set[str] = set()
     for op in ops:
-        joins = current and any(aliases.get(t, t) in produced for t in op.inputs) and \
+        joins = current and any(aliases.get(t, t) in produced for t in reads(op)) and \
             not _reenters(dag, {o.name for o in current}, op.name) and \
             aligned([cands_for(o).candidates for o in (*current, op)])
         if joins:
@@ -216,15 +255,24 @@ def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_fo
     return groups
 
 
+def _sources(op: BasicOp, cands_for) -> list[str]:
+    """What op reads: its inputs, or where it reads a folded layout, the layout's source."""
+    cands = cands_for(op).candidates
+    if not cands:
+        return op.inputs
+    return [b.name for b in cands[0].graph.buffers.values() if b.role == "input"]
+
+
 def _reenters(dag: nx.DiGraph, group: set[str], name: str) -> bool:
     outside = [p for p in dag.predecessors(name) if p not in group]
     return any(group & nx.ancestors(dag, p) for p in outside)
 
 
-def _fuse_group(g, ops, target, limit, cache, aliases, cands_for, views) -> Kernel:
+def _fuse_group(g, ops, *, target, limit, cache, aliases, cands_for, escaping) -> Kernel:
+    """`escaping`: what the group writes that another kernel, a library op or the caller reads
+    (a layout folded into its reader is no reader: the reader reads its source)."""
     per_op = [[_aliased(c, aliases) for c in cands_for(op).candidates] for op in ops]
     choices = common_structures(per_op)
-    escaping = _escaping(g, ops, aliases, views)
     name = "+".join(op.name for op in ops)
     key, names = _structure_key(g, merge_graphs(name, [c.graph for c in choices[0]], escaping))
     if key in cache:

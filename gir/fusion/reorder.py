@@ -37,10 +37,18 @@ def innermost_reductions(graph: BasicGraph, subgraphs: list[list[BasicOp]]) -> t
         producer = {t: op for op in sub for t in op.outputs}
         new_sub = list(sub)
         for r in sub:
-            e = producer.get(r.inputs[0]) if r.kind == "reduce" else None
-            if e is None or e.kind != "elementwise":
+            if r.kind != "reduce":
                 continue
             permute = _permuting_reader(graph, sub, r, readers)
+            if permute is not None and _innermost(graph, r) and _keeps_last(permute[1]):
+                written = replace(r, outputs=permute[0].outputs, attrs=r.attrs | {"order": tuple(permute[1])})
+                for old, new in ((r, [written]), (permute[0], [])):
+                    splice(ops, old, new)
+                    splice(new_sub, old, new)
+                continue
+            e = producer.get(r.inputs[0])
+            if e is None or e.kind != "elementwise":
+                continue
             if not _eligible(graph, e, r, producer, readers, permute is not None):
                 continue
             comp = comp or compose(graph, sub)
@@ -59,6 +67,18 @@ def splice(ops: list[BasicOp], old: BasicOp, new: list[BasicOp]):
     """Replace the op `old` (by identity) with the ops `new`, in place."""
     i = next(i for i, o in enumerate(ops) if o is old)
     ops[i:i + 1] = new
+
+
+def _innermost(graph: BasicGraph, r: BasicOp) -> bool:
+    rank, axes = len(graph.tensors[r.inputs[0]].shape), r.attrs["axes"]
+    return axes == tuple(range(rank - len(axes), rank))
+
+
+def _keeps_last(order) -> bool:
+    """The transposed result still has its innermost dimension last: the reduction writes it
+    directly, its blocks in the input's order (a grid that matches its producer's), with
+    each unit's outputs contiguous."""
+    return order[-1] == len(order) - 1
 
 
 def _eligible(graph: BasicGraph, e: BasicOp, r: BasicOp, producer, readers, permuted: bool) -> bool:

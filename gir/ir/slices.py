@@ -189,8 +189,17 @@ class Slice:
         and a (40,) vector of one buffer): what merging and the scope fast path compare."""
         if self == other:
             return True
-        return (self.buffer == other.buffer and self.offset == other.offset and not self.is_masked
-                and not other.is_masked and np.array_equal(self.pattern, other.pattern))
+        if self.buffer != other.buffer or self.offset != other.offset:
+            return False
+        if self.is_masked or other.is_masked:  # a mask compares dimension by dimension
+            return self._squeezed() == other._squeezed()
+        return np.array_equal(self.pattern, other.pattern)
+
+    def _squeezed(self) -> tuple:
+        """(shape, strides, limits, starts) without the unmasked dimensions of extent 1."""
+        limits, starts = self.limits or (None,) * len(self.shape), self.starts or (None,) * len(self.shape)
+        keep = [d for d, n in enumerate(self.shape) if n != 1 or limits[d] is not None or starts[d] is not None]
+        return tuple(tuple(seq[d] for d in keep) for seq in (self.shape, self.strides, limits, starts))
 
     def __str__(self):
         dims = "x".join(map(str, self.shape))

@@ -185,6 +185,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     at a time."""
     lanes, last = target.lanes_per_unit, dims[-1]
     upbs = [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
+    wide = [u for u in (*upbs, 16) if u <= target.max_units_per_block]  # a block per row of a long row group
     out = []
     # Whole rows first: they tile a row exactly as a unit (or block) reduction of that row does,
     # so a fused group's load slices agree and the rewrites can keep data in registers. Up to 32
@@ -192,13 +193,19 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # left for 16 such rows live at once.
     if last <= row_elements_per_lane(target) * lanes:
         out += [("row", 1, last, u, 0) for u in upbs]
-    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs[1:]]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in wide[1:]]
     for elems_per_lane in (1, 2, 4, 8):
         span = lanes * elems_per_lane
         out += [("chunk", 1, min(span, last), u, 0) for u in upbs]
         rows = min(dims[-2], span // last)
         if rows > 1:
             out += [("rows", rows, last, u, 0) for u in upbs]
+    # A block of units covering all rows of the second-last dimension between them: the tiling
+    # of a reduction with several outputs per unit and one block per output row.
+    for u in wide:
+        rows = ceil(dims[-2] / u)
+        if len(dims) > 2 and rows > 1 and rows * (u - 1) < dims[-2] and rows * last <= row_elements_per_lane(target) * lanes:
+            out.append(("rows", rows, last, u, 0))
     # Whole trailing windows (channels x kernel rows x kernel columns of a lowered conv): the
     # group a reduction over several axes reads, so the product feeding it can fuse with it.
     for whole in range(1, len(dims) - 1):

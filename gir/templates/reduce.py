@@ -11,6 +11,7 @@ fp16 accumulates in fp32 and is cast back before the store.
 """
 from __future__ import annotations
 
+from copy import copy
 from math import ceil, prod
 
 from gir.frontend.basic import contiguous_strides
@@ -23,20 +24,39 @@ from gir.ir.gops import reduce_identity
 from .common import admit, new_graph
 
 
-def split_dims(shape, axes, strides=None):
-    """Coalesced (size, stride) lists of kept and reduced dimensions, in input order."""
+def split_dims(shape, axes, strides=None, out_strides=None):
+    """Coalesced (size, stride) lists of kept and reduced dimensions, in input order, and the
+    output stride of each kept group. `out_strides` (per input dimension, over the kept ones)
+    writes the result in another order than the input's: kept dimensions then merge only where
+    both sides walk them contiguously."""
+    strides = strides or contiguous_strides(shape)
+    if out_strides is None:
+        kept_shape = [n for d, n in enumerate(shape) if d not in axes]
+        own = iter(contiguous_strides(kept_shape))
+        out_strides = [0 if d in axes else next(own) for d in range(len(shape))]
     groups = []
-    for d, (n, s) in enumerate(zip(shape, strides or contiguous_strides(shape))):
+    for d, (n, s, o) in enumerate(zip(shape, strides, out_strides)):
         if n == 1:
             continue
         kind = "R" if d in axes else "K"
-        if groups and groups[-1][0] == kind and groups[-1][2] == s * n:
-            groups[-1] = (kind, groups[-1][1] * n, s)
+        if groups and groups[-1][0] == kind and groups[-1][2] == s * n and groups[-1][3] == o * n:
+            groups[-1] = (kind, groups[-1][1] * n, s, o)
         else:
-            groups.append((kind, n, s))
-    kept = [(n, s) for k, n, s in groups if k == "K"] or [(1, 0)]
-    red = [(n, s) for k, n, s in groups if k == "R"] or [(1, 0)]
-    return kept, red
+            groups.append((kind, n, s, o))
+    kept = [(n, s) for k, n, s, _ in groups if k == "K"] or [(1, 0)]
+    red = [(n, s) for k, n, s, _ in groups if k == "R"] or [(1, 0)]
+    kept_out = [o for k, _, _, o in groups if k == "K"] or [1]
+    return kept, red, kept_out
+
+
+def _result_strides(shape, axes, order) -> list[int] | None:
+    """Per input dimension, its stride in a result written transposed by `order` (None: in order)."""
+    if order is None:
+        return None
+    kept = [d for d in range(len(shape)) if d not in axes]
+    result = contiguous_strides([shape[kept[i]] for i in order])
+    where = {kept[i]: s for i, s in zip(order, result)}
+    return [where.get(d, 0) for d in range(len(shape))]
 
 
 class _Plan:
@@ -47,13 +67,24 @@ class _Plan:
         x, y = tensors[op.inputs[0]], tensors[op.outputs[0]]
         source, self.offset, strides = view or (x.name, 0, None)
         self.x, self.y = tensors[source], y
-        self.kept, self.red = split_dims(x.shape or (1,), set(op.attrs["axes"]), strides)
+        shape, axes = x.shape or (1,), set(op.attrs["axes"])
+        self.kept, self.red, self.out_strides = split_dims(shape, axes, strides,
+                                                          _result_strides(shape, axes, op.attrs.get("order")))
         self.group = prod(n for n, _ in self.red)
-        kept_sizes = [n for n, _ in self.kept]
-        self.out_strides = contiguous_strides(kept_sizes)
         self.acc = accumulator(x.dtype)
         self.fill = reduce_identity(op.attrs["op"], x.dtype)
         self.lanes = target.lanes_per_unit
+
+    def rows_of(self, row: int) -> "_Plan":
+        """The same reduction with its innermost kept dimension split into rows of `row`
+        outputs, so that a tiling along it restarts at every row (a ragged last tile each)."""
+        (n, s), o = self.kept[-1], self.out_strides[-1]
+        if n == row:
+            return self
+        split = copy(self)
+        split.kept = [*self.kept[:-1], (n // row, s * row), (row, s)]
+        split.out_strides = [*self.out_strides[:-1], o * row, o]
+        return split
 
     def outer(self, skip_last: bool):
         """(grid sizes, input base, output base) over the kept dims used as grid axes."""
@@ -96,7 +127,8 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int):
                 (k_last - q * outs, *([None] * len(red_sizes))))
     g.buffer("%in", REGISTER, src.size, p.x.dtype)
     reg = Slice.flat("%in", 0, src.size)
-    dst = Slice.flat(p.y.name, base_out + q * outs, outs, limit=k_last - q * outs)
+    o_last = p.out_strides[-1]
+    dst = Slice(p.y.name, base_out + q * (outs * o_last), (outs,), (o_last,), (k_last - q * outs,))
     if structure == "lane":
         g.add(Move(src=src, dst=Slice("%in", 0, src.shape, contiguous_strides(src.shape)), fill=p.fill, vec=p.group))
         g.buffer("%out", REGISTER, outs, p.acc)
@@ -166,7 +198,17 @@ def generate(op, tensors, target, rejected, view=None):
     plan = _Plan(op, tensors, target, view)
     lanes, upbs = target.lanes_per_unit, [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
     builds = []
-    for upb in upbs:
+    row = next((n for n in reversed(plan.y.shape) if n != 1), 1)
+    for upb in [u for u in (*upbs, 16) if u <= target.max_units_per_block]:
+        # One block per row of the result, its units splitting the row: the tiling of a product
+        # computed by rows (QK^T) and of a softmax over that row, so attention fuses. First, as
+        # the structure a fused group takes when a family offers several.
+        outs = ceil(row / upb)
+        if (outs > 4 or upb not in upbs) and outs * (upb - 1) < row and plan.kept[-1][0] % row == 0:
+            builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
+                           lambda o=outs, u=upb: _per_unit_outputs(plan.rows_of(row), "unit", o, u)))
+        if upb not in upbs:
+            continue
         for ept in (1, 2, 4):
             builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb},
                            lambda o=lanes * ept, u=upb: _per_unit_outputs(plan, "lane", o, u)))
