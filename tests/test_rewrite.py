@@ -11,7 +11,7 @@ from gir.frontend.basic import BasicGraph, BasicOp, Tensor
 from gir.fusion.group import common_structures, escaping_tensors, fuse
 from gir.fusion.merge import merge_graphs
 from gir.fusion.plan import plan
-from gir.ir import SHARED, get_target, run, validate
+from gir.ir import SHARED, Elementwise, Sync, get_target, run, validate
 from gir.ir.cost import compulsory_bytes, dram_footprint, level_bytes
 from gir.ir.expr import Input, call
 from gir.rewrite import optimize
@@ -111,12 +111,31 @@ def test_block_reduction_structure_lifts_partials_into_shared_memory():
 
 
 def test_swapping_moves_a_scale_past_the_reduction():
-    t = {"x": Tensor("x", (6, 40), "float32"), "s": Tensor("s", (6, 40), "float32"), "y": Tensor("y", (6, 1), "float32")}
+    # Rows of 400: one unit per row reduces cooperatively (short rows go one lane per row: relane).
+    t = {"x": Tensor("x", (6, 400), "float32"), "s": Tensor("s", (6, 400), "float32"), "y": Tensor("y", (6, 1), "float32")}
     ops = [BasicOp("scale", "elementwise", ["x"], ["s"], {"expr": Input(0) * 0.25, "dtype": "float32"}, "scale"),
            BasicOp("sum", "reduce", ["s"], ["y"], {"op": "sum", "axes": (1,), "keepdims": True}, "sum")]
     g = BasicGraph(t, ops, ["x"], ["y"], "swap")
     fused = fuse(g, ops, H100)
     assert any(s.rule == "swap" for s in fused.log)
+    x = rng.standard_normal((6, 400)).astype(np.float32)
+    np.testing.assert_allclose(run(fused.graph, {"x": x}).outputs["y"], (x * 0.25).sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_relane_computes_a_product_on_the_lanes_its_reduction_reads():
+    """Short rows reduce one lane per row (vec = row length) while the scale is placed one
+    element per lane: merged, the copy between them is a cross-lane transpose no shuffle
+    expresses. Relane places the scale and its load as the reduction reads them: no sync left."""
+    t = {"x": Tensor("x", (6, 40), "float32"), "s": Tensor("s", (6, 40), "float32"), "y": Tensor("y", (6, 1), "float32")}
+    ops = [BasicOp("scale", "elementwise", ["x"], ["s"], {"expr": Input(0) * 0.25, "dtype": "float32"}, "scale"),
+           BasicOp("sum", "reduce", ["s"], ["y"], {"op": "sum", "axes": (1,), "keepdims": True}, "sum")]
+    fused = fuse(BasicGraph(t, ops, ["x"], ["y"], "relane"), ops, H100)
+    assert [c.structure for c in fused.chosen] == ["row", "lane"]
+    assert any(s.rule == "relane" for s in fused.log)
+    assert not any(isinstance(op, Sync) for _, op in fused.graph.ops())
+    scale = next(op for _, op in fused.graph.ops() if isinstance(op, Elementwise))
+    load = next(op for _, op in fused.graph.ops() if op.writes()[0].buffer == scale.inputs[0].buffer)
+    assert scale.vec == load.vec == 40
     x = rng.standard_normal((6, 40)).astype(np.float32)
     np.testing.assert_allclose(run(fused.graph, {"x": x}).outputs["y"], (x * 0.25).sum(1, keepdims=True), rtol=1e-5)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -235,3 +236,24 @@ def check_guards(raw: np.ndarray, nbytes: int, kernel: str, buffer: str) -> None
 
 def collect_outputs(graph: GIRGraph, arrays: dict) -> dict:
     return {b.name: arrays[b.name].reshape(b.shape or (b.size,)).copy() for b in graph.role_buffers("output")}
+
+
+def lowering_check(target) -> Callable[[GIRGraph], str | None]:
+    """`check(graph)`: None when the target's emitter lowers every kernel of the graph, else why
+    not. The IR allows any read after a unit sync; an emitter shuffles only regular cross-lane
+    patterns, so the planner asks before it keeps a fused structure. A backend that cannot be
+    loaded (a port in progress) is not asked."""
+    from .port import BackendError, load_backend
+    try:
+        emitter = load_backend(target.backend).Emitter(target)
+    except BackendError:
+        return lambda graph: None
+
+    def check(graph: GIRGraph) -> str | None:
+        try:
+            for k in split_kernels(graph):
+                emitter.kernel_source(k)
+        except EmitError as err:
+            return str(err)
+        return None
+    return check

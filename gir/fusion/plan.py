@@ -21,6 +21,7 @@ from gir.ir import GIRGraph
 from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
+from gir.backends.kernels import lowering_check
 from gir.rewrite import Step, optimize
 from gir.templates import shape_only
 
@@ -47,6 +48,7 @@ class Kernel:
     explored: int
     rewrite_seconds: float = 0.0
     reused: bool = False
+    unlowerable: str | None = None  # why the target's emitter cannot lower it (None: it can)
 
     @property
     def reads(self) -> list[str]:
@@ -103,10 +105,11 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     part = replace(part, graph=g, subgraphs=subgraphs)
     result = Plan(g, target, part, [])
     cache = {} if cache is None else cache
+    lowers = lowering_check(target)
     for i, (ops, given) in enumerate(zip(part.subgraphs, given_subgraphs)):
         if progress:
             progress(i, len(part.subgraphs), ", ".join(op.name for op in ops[:3]) + (" ..." if len(ops) > 3 else ""))
-        result.subgraphs.append(_plan_subgraph(g, ops, target, limit, cache, result.aliases, (given_graph, given)))
+        result.subgraphs.append(_plan_subgraph(g, ops, target, limit, cache, result.aliases, (given_graph, given), lowers))
     result.steps = _order(g, part.library, result.kernels, result.aliases)
     result.search_seconds = time.perf_counter() - start
     return result
@@ -127,7 +130,7 @@ def _fold_shape_only(graph: BasicGraph) -> BasicGraph:
     return replace(graph, tensors=tensors, ops=ops)
 
 
-def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases, given) -> Subgraph:
+def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, aliases, given, lowers) -> Subgraph:
     """`given`: the partition's graph and this subgraph's ops before the graph rewrites
     (recompute, reorder), on which the one-kernel-per-op and bound bytes are counted."""
     comp = compose(g, ops)
@@ -142,14 +145,14 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     comp.written = [t for t in comp.written if t in still_read]
     kernels = []
     for cands in copy_candidates(g, comp, target, []):
-        kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None))
+        kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None, lowers))
     copies = {b for k in kernels for b in k.graph.buffers}
     rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread)]
     inside = {id(op) for op in ops}
     outside = {aliases.get(t, t) for op in g.ops if id(op) not in inside for t in op.inputs}
     outside |= {aliases.get(t, t) for t in g.outputs} | {b.name for k in kernels for b in k.graph.buffers.values()
                                                        if b.role == "input"}
-    fuse = partial(_fuse_group, g, target=target, limit=limit, cache=cache, aliases=aliases, cands_for=cands_for)
+    fuse = partial(_fuse_group, g, lowers=lowers, limit=limit, cache=cache, aliases=aliases, cands_for=cands_for)
     kernels += _fused_groups(g, rest, ops, outside, fuse, cands_for, aliases)
     g0, ops0 = given
     produced = {t for op in ops0 for t in op.outputs}
@@ -167,7 +170,7 @@ def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases)
     through a folded layout (P @ V reading the probabilities through its broadcast: attention
     is then one kernel) and without (a conv window reading its producer's neighbours would keep
     a device sync in the group and drag its structure, or split a product from its sum). The
-    one the performance model finds faster is kept."""
+    one the performance model finds faster is kept, one the emitter lowers whole first."""
     def reads(group):
         return {aliases.get(t, t) for op in group for t in _sources(op, cands_for)}
 
@@ -189,8 +192,9 @@ def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases)
     return best
 
 
-def _modelled(kernels: list[Kernel]) -> tuple[float, int]:
-    return sum(k.estimate.seconds for k in kernels), sum(k.estimate.dram_bytes for k in kernels)
+def _modelled(kernels: list[Kernel]) -> tuple[bool, float, int]:
+    return (any(k.unlowerable for k in kernels), sum(k.estimate.seconds for k in kernels),
+            sum(k.estimate.dram_bytes for k in kernels))
 
 
 def _compulsory_read(g: BasicGraph, ops: list[BasicOp], name: str, aliases) -> int:
@@ -268,7 +272,7 @@ def _reenters(dag: nx.DiGraph, group: set[str], name: str) -> bool:
     return any(group & nx.ancestors(dag, p) for p in outside)
 
 
-def _fuse_group(g, ops, *, target, limit, cache, aliases, cands_for, escaping) -> Kernel:
+def _fuse_group(g, ops, *, lowers, limit, cache, aliases, cands_for, escaping) -> Kernel:
     """`escaping`: what the group writes that another kernel, a library op or the caller reads
     (a layout folded into its reader is no reader: the reader reads its source)."""
     per_op = [[_aliased(c, aliases) for c in cands_for(op).candidates] for op in ops]
@@ -278,22 +282,28 @@ def _fuse_group(g, ops, *, target, limit, cache, aliases, cands_for, escaping) -
     if key in cache:
         kernel, old_names = cache[key]
         return _renamed(kernel, dict(zip(old_names, names)), [op.name for op in ops])
-    kernel = _best(choices, name, [op.name for op in ops], limit, escaping)
+    kernel = _best(choices, name, [op.name for op in ops], limit, escaping, lowers)
     cache[key] = (kernel, names)
     return kernel
 
 
-def _best(choices, name, op_names, limit, escaping) -> Kernel:
-    best, rewrite = None, 0.0
+def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
+    """The fastest of the first `limit` choices by the performance model, among those the
+    target's emitter lowers (when none does, the fastest: emitting it names the problem)."""
+    ranked, rewrite = [], 0.0
     for chosen in choices[:limit]:
         merged = chosen[0].graph if escaping is None else merge_graphs(name, [c.graph for c in chosen], escaping)
         start = time.perf_counter()
         optimized, log = optimize(merged)
         rewrite += time.perf_counter() - start
-        est = estimate(optimized)
-        if best is None or est.seconds < best.estimate.seconds:
-            best = Kernel(name, op_names, optimized, merged, log, est, 0)
-    best.explored, best.rewrite_seconds = min(len(choices), limit), rewrite
+        ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
+    ranked.sort(key=lambda k: k.estimate.seconds)  # stable: ties keep the template's order
+    for k in ranked:
+        k.unlowerable = lowers(k.graph)
+        if k.unlowerable is None:
+            break
+    best = next((k for k in ranked if k.unlowerable is None), ranked[0])
+    best.explored, best.rewrite_seconds = len(ranked), rewrite
     return best
 
 
@@ -336,7 +346,8 @@ def _structure_key(g: BasicGraph, merged: GIRGraph):
 
 def _renamed(kernel: Kernel, mapping: dict[str, str], op_names) -> Kernel:
     return Kernel("+".join(op_names), op_names, _rename_graph(kernel.graph, mapping), _rename_graph(kernel.before, mapping),
-                  kernel.log, kernel.estimate, kernel.explored, 0.0, reused=True)
+                  kernel.log, kernel.estimate, kernel.explored, 0.0, reused=True,
+                  unlowerable=kernel.unlowerable)
 
 
 def _order(g: BasicGraph, library: list[BasicOp], kernels: list[Kernel], aliases) -> list:

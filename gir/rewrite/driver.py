@@ -11,12 +11,13 @@ from gir.ir.cost import level_bytes
 from gir.ir.scope import uncovered_reads
 from gir.ir.validate import GraphError
 
-from . import merging, swapping, sync_insertion
+from . import merging, relane, swapping, sync_insertion
 from .query import slices_of
 from .tidy import tidy
 
 RULES = [
     ("sync-insertion", sync_insertion.find, sync_insertion.apply),
+    ("relane", relane.find, relane.apply),
     ("merge-raw", merging.find_raw, merging.apply_raw),
     ("merge-copy", merging.find_copies, merging.apply_copy),
     ("merge-rar", merging.find_rar, merging.apply_rar),

@@ -193,7 +193,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # left for 16 such rows live at once.
     if last <= row_elements_per_lane(target) * lanes:
         out += [("row", 1, last, u, 0) for u in upbs]
-    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in wide[1:]]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs[1:]]
     for elems_per_lane in (1, 2, 4, 8):
         span = lanes * elems_per_lane
         out += [("chunk", 1, min(span, last), u, 0) for u in upbs]
@@ -215,6 +215,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # One element per unit, last: poor alone (idle lanes), but it is the tiling of a reduction
     # with one output per unit, so an epilogue (bias, activation) can fuse into it.
     out += [("element", 1, 1, u, 0) for u in upbs]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in wide[len(upbs):]]
     return list(dict.fromkeys(out))
 
 

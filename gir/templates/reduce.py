@@ -199,22 +199,20 @@ def generate(op, tensors, target, rejected, view=None):
     lanes, upbs = target.lanes_per_unit, [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
     builds = []
     row = next((n for n in reversed(plan.y.shape) if n != 1), 1)
-    for upb in [u for u in (*upbs, 16) if u <= target.max_units_per_block]:
-        # One block per row of the result, its units splitting the row: the tiling of a product
-        # computed by rows (QK^T) and of a softmax over that row, so attention fuses. First, as
-        # the structure a fused group takes when a family offers several.
-        outs = ceil(row / upb)
-        if (outs > 4 or upb not in upbs) and outs * (upb - 1) < row and plan.kept[-1][0] % row == 0:
-            builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
-                           lambda o=outs, u=upb: _per_unit_outputs(plan.rows_of(row), "unit", o, u)))
-        if upb not in upbs:
-            continue
+    for upb in upbs:
         for ept in (1, 2, 4):
             builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb},
                            lambda o=lanes * ept, u=upb: _per_unit_outputs(plan, "lane", o, u)))
         for outs in (1, 2, 4):
             builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
                            lambda o=outs, u=upb: _per_unit_outputs(plan, "unit", o, u)))
+    for upb in [u for u in (*upbs, 16) if u <= target.max_units_per_block]:
+        # One block per row of the result, its units splitting the row: the tiling of a product
+        # computed by rows (QK^T) and of a softmax over that row, so attention fuses.
+        outs = ceil(row / upb)
+        if (outs > 4 or upb not in upbs) and outs * (upb - 1) < row and plan.kept[-1][0] % row == 0:
+            builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
+                           lambda o=outs, u=upb: _per_unit_outputs(plan.rows_of(row), "unit", o, u)))
     if len(plan.red) == 1 and plan.group >= 2 * lanes:
         big = [u for u in (2, 4, 8, 16) if u <= target.max_units_per_block] or [1]
         for upb in (u for u in big if u > 1):
