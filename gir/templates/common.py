@@ -215,6 +215,8 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # One element per unit, last: poor alone (idle lanes), but it is the tiling of a reduction
     # with one output per unit, so an epilogue (bias, activation) can fuse into it.
     out += [("element", 1, 1, u, 0) for u in upbs]
+    # A row over 16 units (a ViT softmax of 197 fusing with its product's reduction), last: the
+    # first structure of a family is the one a fused group takes.
     out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in wide[len(upbs):]]
     return list(dict.fromkeys(out))
 
