@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .affine import ParallelPrimitive
 from .access import ALL_LANES, UNWRITTEN, needed_scope, output_lanes, read_pairs, storage_index
 from .gops import Sync
 from .graph import GIRGraph
@@ -40,6 +41,8 @@ def _required_scope(wop, rop, prim, lanes_per_unit: int, buffers: tuple) -> int:
         fast = _register_scope(wop, rop, lanes_per_unit, bufs)
         if fast is not None:
             return fast
+    if all(b.level == SHARED for b in bufs.values()) and _same_in_every_block(wop, rop, prim, bufs):
+        prim = ParallelPrimitive((1,), prim.units_per_block)  # one block stands for all
     env = prim.env()
     units, upb = prim.num_units, prim.units_per_block
     scope = LANE
@@ -68,6 +71,14 @@ def _required_scope(wop, rop, prim, lanes_per_unit: int, buffers: tuple) -> int:
             if mask.any():
                 scope = max(scope, int(need[mask].max()))
     return scope
+
+
+def _same_in_every_block(wop, rop, prim, bufs: dict) -> bool:
+    """Shared memory never crosses blocks; where no address or mask of the buffers depends on
+    the block, every block writes and reads alike (a per-block tile of attention's scores)."""
+    slices = [s for s in (*wop.writes(), *rop.reads()) if s.buffer in bufs]
+    bounds = [a for s in slices for a in (s.offset, *s.limits, *s.starts) if a is not None]
+    return all(prim.normalize(a).variables <= {"w"} for a in bounds)
 
 
 def _same_elements_same_lanes(wop, rop, lanes_per_unit: int, bufs: dict) -> int | None:
