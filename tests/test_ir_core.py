@@ -179,3 +179,41 @@ def test_same_pattern_compares_masked_slices_dimension_by_dimension():
     assert not row.same_pattern(Slice("s", 128 * W, (32,), (1,), (limit - 1,)))
     assert not row.same_pattern(Slice("s", 128 * W, (32,), (1,)))
     assert not row.same_pattern(Slice("s", 128 * W, (1, 32), (128, 2), (None, limit)))
+
+
+def test_shared_scopes_from_one_block_equal_the_full_enumeration(monkeypatch):
+    """scope.py analyses a shared buffer on one block when nothing of it depends on the block;
+    the answers must be those of enumerating every block."""
+    from gir.ir import scope
+    graphs = [softmax_block_per_row(3, 100, get_target("h100")), softmax_block_per_row(5, 300, get_target("mi250x")),
+              transpose_shared(40, 40, get_target("h100")), transpose_shared(64, 64, get_target("mi250x"))]
+    pairs = [(g, w, r) for g in graphs for w, wop in g.ops() for r, rop in g.ops()
+             if {s.buffer for s in wop.writes() if g.buffers[s.buffer].level == "shared"} & {s.buffer for s in rop.reads()}]
+    one_block = []
+    real = scope._same_in_every_block
+    monkeypatch.setattr(scope, "_same_in_every_block", lambda *a: one_block.append(real(*a)) or one_block[-1])
+    scope._required_scope.cache_clear()
+    fast = [required_scope(g, w, r) for g, w, r in pairs]
+    assert any(one_block)
+    monkeypatch.setattr(scope, "_same_in_every_block", lambda *a: False)
+    scope._required_scope.cache_clear()
+    assert [required_scope(g, w, r) for g, w, r in pairs] == fast
+    scope._required_scope.cache_clear()
+
+
+def test_a_read_of_a_temporary_before_anything_writes_it_is_invalid():
+    """A rewrite that reorders a writer after its reader (it once happened to a swap past a
+    sync) leaves a load of garbage; validation, which the rewrite driver runs on every trial,
+    names it."""
+    from gir.ir import REGISTER, Elementwise, GIRGraph, Move, ParallelPrimitive, Slice
+    from gir.ir.expr import Input, call
+    g = GIRGraph("early_read", ParallelPrimitive((1,), 1), get_target("h100"))
+    g.buffer("x", DRAM, (32,), role="input")
+    g.buffer("y", DRAM, (32,), role="output")
+    g.buffer("%in", REGISTER, 32)
+    g.buffer("%out", REGISTER, 32)
+    g.add(Move(src=Slice.flat("x", 0, 32), dst=Slice.flat("%in", 0, 32)))
+    g.add(Move(src=Slice.flat("%out", 0, 32), dst=Slice.flat("y", 0, 32)))
+    g.add(Elementwise(expr=call("exp", Input(0)), inputs=(Slice.flat("%in", 0, 32),), out=Slice.flat("%out", 0, 32)))
+    with pytest.raises(GraphError, match="reads %out before anything writes it"):
+        validate(g)

@@ -298,11 +298,12 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
         rewrite += time.perf_counter() - start
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
     ranked.sort(key=lambda k: k.estimate.seconds)  # stable: ties keep the template's order
+    best = ranked[0]
     for k in ranked:
         k.unlowerable = lowers(k.graph)
         if k.unlowerable is None:
+            best = k
             break
-    best = next((k for k in ranked if k.unlowerable is None), ranked[0])
     best.explored, best.rewrite_seconds = len(ranked), rewrite
     return best
 

@@ -102,8 +102,14 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
         problems.append("the dataflow graph has a cycle")
     if prim.units_per_block > tgt.max_units_per_block:
         problems.append(f"{prim.units_per_block} units per block exceed {tgt.name}'s {tgt.max_units_per_block}")
+    written = set()
     for node, op in ops:
         where = f"#{node} {op.kind}"
+        if not isinstance(op, Sync):
+            unwritten = sorted({s.buffer for s in op.reads() if graph.buffers[s.buffer].role == "temp"} - written)
+            if unwritten:
+                problems.append(f"{where}: reads {', '.join(unwritten)} before anything writes it")
+            written |= {s.buffer for s in op.writes()}
         slices = [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]
         for s in slices:
             buf = graph.buffers[s.buffer]

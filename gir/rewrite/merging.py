@@ -17,7 +17,7 @@ import numpy as np
 from gir.ir import DRAM, LANE, REGISTER, SHARED, Elementwise, Move, Slice, Sync, required_scope
 from gir.ir.expr import Call, Input, substitute
 
-from .query import position, readers, redirect, slices_of, syncs, whole, writers
+from .query import position, readers, redirect, slices_of, sole_writer, syncs, whole, writers
 
 
 # -- read after write -------------------------------------------------------------------------
@@ -25,8 +25,8 @@ def find_raw(g) -> list[int]:
     out = []
     for n, op in g.ops():
         if isinstance(op, Move):
-            ws = writers(g, op.src.buffer)
-            if len(ws) == 1 and isinstance(g.op(ws[0]), Move) and position(g, ws[0]) < position(g, n):
+            w = sole_writer(g, op.src.buffer)
+            if w is not None and isinstance(g.op(w), Move) and position(g, w) < position(g, n):
                 out.append(n)
     return out
 

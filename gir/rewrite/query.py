@@ -16,6 +16,12 @@ def writers(g: GIRGraph, buffer: str) -> list[int]:
     return [n for n, op in g.ops() if not isinstance(op, Sync) and any(s.buffer == buffer for s in op.writes())]
 
 
+def sole_writer(g: GIRGraph, buffer: str) -> int | None:
+    """The node that writes `buffer`, when exactly one does."""
+    ws = writers(g, buffer)
+    return ws[0] if len(ws) == 1 else None
+
+
 def readers(g: GIRGraph, buffer: str) -> list[int]:
     return [n for n, op in g.ops() if not isinstance(op, Sync) and any(s.buffer == buffer for s in op.reads())]
 

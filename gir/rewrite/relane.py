@@ -14,15 +14,15 @@ from dataclasses import replace
 
 from gir.ir import LANE, REGISTER, UNIT, Elementwise, Move, Sync, required_scope
 
-from .query import readers, writers
+from .query import readers, sole_writer, writers
 
 
 def find(g) -> list[int]:
     out = []
     for n, op in g.ops():
         if isinstance(op, Move) and not op.uniform and g.buffers[op.src.buffer].level == REGISTER:
-            ws = writers(g, op.src.buffer)
-            if len(ws) == 1 and isinstance(g.op(ws[0]), Elementwise) and g.op(ws[0]).vec != op.vec:
+            w = sole_writer(g, op.src.buffer)
+            if w is not None and isinstance(g.op(w), Elementwise) and g.op(w).vec != op.vec:
                 out.append(n)
     return out
 
@@ -35,13 +35,13 @@ def apply(g, reader: int) -> str | None:
         return None
     loads = []
     for s in e.inputs:
-        ws = writers(g, s.buffer)
-        if g.buffers[s.buffer].level != REGISTER or len(ws) != 1 or readers(g, s.buffer) != [node]:
+        w = sole_writer(g, s.buffer)
+        if g.buffers[s.buffer].level != REGISTER or w is None or readers(g, s.buffer) != [node]:
             return None
-        load = g.op(ws[0])
+        load = g.op(w)
         if not isinstance(load, Move) or load.uniform or load.vec != e.vec:
             return None
-        loads.append(ws[0])
+        loads.append(w)
     for n in dict.fromkeys(loads):
         g.replace(n, replace(g.op(n), vec=m.vec))
     g.replace(node, replace(e, vec=m.vec))
