@@ -116,7 +116,8 @@ def explain_data(result, node: str | None = None) -> dict:
             })
         subgraphs.append({"index": i, "ops": names, "unfused_dram_bytes": sub.unfused_bytes,
                           "gir_dram_bytes": sub.gir_bytes, "gir_dram_access_bytes": sub.gir_access_bytes,
-                          "bound_dram_bytes": sub.bound_bytes, "kernels": kernels})
+                          "bound_dram_bytes": sub.bound_bytes, "kernels": kernels,
+                          "above_bound": [e.as_dict() for e in sub.excess]})
     return {
         "model": result.graph.model_name, "target": result.target.name,
         "partition": [{"op": d.op, "library": d.library, "reason": d.reason} for d in result.partition.decisions],
@@ -143,6 +144,8 @@ def cmd_explain(args) -> int:
     for sub in data["subgraphs"]:
         print(f"subgraph {sub['index']}: {len(sub['ops'])} ops; DRAM bytes one-kernel-per-op {sub['unfused_dram_bytes']}, "
               f"GIR {sub['gir_dram_bytes']}, bound {sub['bound_dram_bytes']}")
+        for e in sub["above_bound"]:
+            print(f"  above bound: {e['bytes']} bytes of {e['tensor']}: {e['reason']}" + (f" ({e['detail']})" if e["detail"] else ""))
         for k in sub["kernels"]:
             print(f"  kernel {k['name'][:90]}: {len(k['ops'])} ops, {k['launches']} launch(es), modelled {k['modelled_us']} us "
                   f"({k['bound']}-bound){' [reused]' if k['reused'] else ''}")

@@ -1,6 +1,7 @@
 """Plan full-size zoo models for GPU target presets and report, per model and target: library
 ops, memory-intensive subgraphs, kernels, DRAM bytes (one kernel per op / GIR / compulsory
-bound), modelled time, and load and plan time. Prints a table; writes markdown and JSON.
+bound), modelled time, and load and plan time; and where the bytes above the bound go (MB per
+reason, gir/fusion/excess.py). Prints the table; writes both tables as markdown, and JSON.
 
     PYTHONPATH=. python scripts/plan_model.py --targets a100 h100 mi100 mi250x --out results/plan
 """
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import models
 from gir.frontend import load
+from gir.fusion.excess import REASONS, summary
 from gir.fusion.plan import plan
 from gir.ir import get_target
 
 COLUMNS = ("model", "target", "library ops", "subgraphs", "kernels", "one-kernel-per-op MB", "GIR MB",
            "bound MB", "GIR/bound", "modelled ms", "load s", "plan s")
+SHORT = dict(zip(REASONS, ("device sync", "no common structure", "cycle", "other grouping modelled slower",
+                           "grouping order", "standalone copy", "input re-read", "below bound")))
 
 
 def measure(name: str, target: str, limit: int, model=None) -> dict:
@@ -36,7 +40,9 @@ def measure(name: str, target: str, limit: int, model=None) -> dict:
             "gir_access_bytes": sum(s.gir_access_bytes for s in p.subgraphs), "bound_bytes": bound,
             "gir_over_bound": round(gir / bound, 3) if bound else None,
             "modelled_seconds": sum(k.estimate.seconds for k in p.kernels), "load_seconds": round(loaded, 2),
-            "plan_seconds": round(planned, 2)}
+            "plan_seconds": round(planned, 2), "excess_bytes_by_reason": summary(e for s in p.subgraphs for e in s.excess),
+            "largest_excess": [e.as_dict() for e in sorted((e for s in p.subgraphs for e in s.excess),
+                                                           key=lambda e: -e.bytes)[:5]]}
 
 
 def row(r: dict) -> list[str]:
@@ -44,6 +50,20 @@ def row(r: dict) -> list[str]:
             f"{r['unfused_bytes'] / 1e6:.1f}", f"{r['gir_bytes'] / 1e6:.1f}", f"{r['bound_bytes'] / 1e6:.1f}",
             f"{r['gir_over_bound']:.2f}x", f"{r['modelled_seconds'] * 1e3:.3f}", f"{r['load_seconds']:.1f}",
             f"{r['plan_seconds']:.1f}"]
+
+
+def excess_table(results) -> str:
+    """MB above the bound per reason, per model and target."""
+    used = [r for r in REASONS if any(r in res["excess_bytes_by_reason"] for res in results)]
+    table = "| model | target | above bound MB | " + " | ".join(SHORT[r] for r in used) + " |\n"
+    table += "|" + "---|" * (3 + len(used)) + "\n"
+    for res in results:
+        by = res["excess_bytes_by_reason"]
+        cells = [f"{by.get(r, 0) / 1e6:.1f}" for r in used]
+        table += f"| {res['model']} | {res['target']} | {(res['gir_bytes'] - res['bound_bytes']) / 1e6:.1f} | " + \
+            " | ".join(cells) + " |\n"
+    legend = "".join(f"- {SHORT[r]}: {r}\n" for r in used)
+    return table + "\n" + legend
 
 
 def main():
@@ -66,7 +86,10 @@ def main():
                   "the bound reads each subgraph's external inputs once (of a table only gathered from, the gathered rows) and writes its escaping outputs once.\n\n")
         table = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
         table += "".join("| " + " | ".join(row(r)) + " |\n" for r in results)
-        Path(args.out + ".md").write_text(header + table)
+        excess = ("\n## Where the bytes above the bound go\n\nEach tensor GIR moves through DRAM beyond the bound "
+                  "(written by one kernel and read back by another, or by the same one past a device sync; or an input "
+                  "several kernels read), by what kept its writer and reader apart (`gir explain` lists them per tensor).\n\n")
+        Path(args.out + ".md").write_text(header + table + excess + excess_table(results))
         Path(args.out + ".json").write_text(json.dumps(results, indent=1))
 
 

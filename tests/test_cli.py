@@ -31,7 +31,9 @@ def test_explain_text_json_and_node(capsys):
     code, out, _ = run_cli(capsys, "explain", TINY, "--json", "--quiet")
     data = json.loads(out)
     sub = data["subgraphs"][0]
-    assert {"unfused_dram_bytes", "gir_dram_bytes", "bound_dram_bytes"} <= set(sub)
+    assert {"unfused_dram_bytes", "gir_dram_bytes", "bound_dram_bytes", "above_bound"} <= set(sub)
+    for s in data["subgraphs"]:  # the bytes above the bound, tensor by tensor, add up
+        assert sum(e["bytes"] for e in s["above_bound"]) == s["gir_dram_bytes"] - s["bound_dram_bytes"]
     node = sub["ops"][0]
     code, out, _ = run_cli(capsys, "explain", TINY, "--node", node, "--quiet")
     assert code == 0 and "GIR after rewriting" in out

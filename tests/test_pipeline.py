@@ -104,6 +104,7 @@ def test_memory_bound_conv_is_one_kernel_at_the_bound(cin, cout, size, kernel, s
         p = plan(graph, get_target(target), limit=2)
         assert not p.partition.library and len(p.kernels) == 1
         assert sum(s.gir_bytes for s in p.subgraphs) == sum(s.bound_bytes for s in p.subgraphs)
+        assert not any(s.excess for s in p.subgraphs)
         np.testing.assert_allclose(execute(p, {"x": x})["y"], ort_outputs(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
@@ -153,6 +154,38 @@ def test_conv_over_a_channel_shuffle_reads_the_split_compactly():
     assert sum(s.gir_bytes for s in p.subgraphs) <= sum(s.bound_bytes for s in p.subgraphs) + 2 * half
     feeds = {n: rng.standard_normal((1, c, hw, hw)).astype(np.float32) for n in "ab"}
     np.testing.assert_allclose(execute(p, feeds)["y"], ort_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def _shuffle_nodes(cat: str, out: str, shapes: tuple[str, str]) -> list:
+    return [helper.make_node("Reshape", [cat, shapes[0]], [f"{out}.r5"]),
+            helper.make_node("Transpose", [f"{out}.r5"], [f"{out}.t5"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", [f"{out}.t5", shapes[1]], [out])]
+
+
+def test_concat_of_a_shuffled_half_composes_into_the_next_shuffle():
+    """Two ShuffleNet units: the second concat joins the first shuffle's passthrough half (even
+    channels from one tensor, odd from the other) with the branch output. Placed over the
+    channel axis split into (channel pair, parity), it composes: neither that half nor the
+    second concat is written, the second shuffle's output is copied straight from the sources,
+    and the numbers match."""
+    c, hw = 8, 5
+    rng = np.random.default_rng(5)
+    a, b = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, hw, hw]) for n in "ab")
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    shapes = ("s5", "s4")
+    inits = [numpy_helper.from_array(np.array([1, 2, c, hw, hw]), "s5"),
+             numpy_helper.from_array(np.array([1, 2 * c, hw, hw]), "s4")]
+    nodes = [helper.make_node("Concat", ["a", "b"], ["cat"], axis=1), *_shuffle_nodes("cat", "shuffled", shapes),
+             helper.make_node("Split", ["shuffled"], ["half0", "half1"], axis=1, num_outputs=2),
+             helper.make_node("Relu", ["half1"], ["branch"]),
+             helper.make_node("Concat", ["half0", "branch"], ["cat2"], axis=1), *_shuffle_nodes("cat2", "z", shapes)]
+    graph_proto = helper.make_graph(nodes, "two_units", [a, b], [z], inits)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    p = plan(load(model), get_target("h100"), limit=2)
+    written = {b.name for k in p.kernels for b in k.graph.buffers.values() if b.role == "output"}
+    assert not written & {"cat2", "half0", "shuffled"}
+    feeds = {n: rng.standard_normal((1, c, hw, hw)).astype(np.float32) for n in "ab"}
+    np.testing.assert_allclose(execute(p, feeds)["z"], ort_outputs(model, feeds)[0], rtol=1e-6)
 
 
 def test_unfold_taps_merge_into_one_strided_view_only_when_affine():

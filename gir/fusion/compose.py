@@ -205,11 +205,30 @@ def _unravel(index: int, shape) -> list[int]:
 
 
 def concat(contents: list[Content], shapes: list[tuple], axis: int, out_shape: tuple) -> Content | None:
+    """The inputs side by side along `axis`. An input whose pieces only decompose with that axis
+    split into digits (a channel shuffle's output: even and odd channels from two sources) is
+    placed over the split axis, every input split alike (the digits' row-major order is the
+    storage order): the next unit's concat of a shuffled half composes instead of being copied."""
+    own = [reindex(c, 0, shape, contiguous_strides(shape)) if prod(shape) else Content(tuple(shape), ())
+           for c, shape in zip(contents, shapes)]
+    if any(o is None for o in own):
+        return None  # an input does not decompose along its own dimensions
+    digits = {o.shape[axis + 1:len(o.shape) - len(shape) + axis + 1] for o, shape in zip(own, shapes)
+              if o.shape != tuple(shape)}
+    if digits:
+        if len(digits) > 1:
+            return None
+        inner = digits.pop()
+        split = [tuple(shape[:axis]) + (shape[axis] // prod(inner),) + inner + tuple(shape[axis + 1:]) for shape in shapes]
+        if any(shape[axis] % prod(inner) for shape in shapes):
+            return None
+        own = [reindex(c, 0, s, contiguous_strides(s)) if prod(s) else Content(s, ()) for c, s in zip(contents, split)]
+        if any(o is None or o.shape != s for o, s in zip(own, split)):
+            return None
+        shapes = split
+        out_shape = tuple(out_shape[:axis]) + (out_shape[axis] // prod(inner),) + inner + tuple(out_shape[axis + 1:])
     pieces, at = [], 0
-    for content, shape in zip(contents, shapes):
-        own = reindex(content, 0, shape, contiguous_strides(shape)) if prod(shape) else Content(tuple(shape), ())
-        if own is None or own.shape != tuple(shape):
-            return None  # the input does not decompose along its own dimensions
+    for own, shape in zip(own, shapes):
         for p in own.pieces:
             lo, hi = list(p.lo), list(p.hi)
             lo[axis] += at

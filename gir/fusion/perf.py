@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from math import ceil
 
 from gir.ir import DEVICE, BLOCK, GIRGraph, Sync
-from gir.ir.cost import dram_footprint, level_bytes
+from gir.ir.cost import dram_footprint_by_buffer, level_bytes
 from gir.ir.target import DRAM, SHARED
 from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
 
@@ -30,6 +30,7 @@ class Estimate:
     occupancy: float    # resident units per processor / max
     bound: str          # what dominates: dram, shared, compute, launch
     parts: dict         # seconds per term: dram, shared, compute, barrier, launch
+    dram_by_buffer: dict  # dram_bytes per ("read" or "write", buffer)
 
     def __str__(self):
         return f"{self.seconds * 1e6:.2f} us ({self.bound}-bound, {self.kernels} kernel(s), occupancy {self.occupancy:.0%})"
@@ -37,7 +38,8 @@ class Estimate:
 
 def estimate(graph: GIRGraph) -> Estimate:
     t, prim = graph.target, graph.prim
-    unique = sum(dram_footprint(graph).values())
+    by_buffer = dram_footprint_by_buffer(graph)
+    unique = sum(by_buffer.values())
     accesses = sum(level_bytes(graph, DRAM).values())
     shared = sum(level_bytes(graph, SHARED).values()) if t.has_level(SHARED) else 0
     flops = _flops(graph)
@@ -63,7 +65,7 @@ def estimate(graph: GIRGraph) -> Estimate:
     if parts["launch"] > overlapped:
         bound = "launch"
     return Estimate(overlapped + parts["barrier"] + parts["launch"], unique, kernels,
-                    resident / t.max_units_per_processor, bound, parts)
+                    resident / t.max_units_per_processor, bound, parts, by_buffer)
 
 
 def _flops(graph: GIRGraph) -> int:

@@ -26,6 +26,7 @@ from gir.rewrite import Step, optimize
 from gir.templates import shape_only
 
 from .compose import compose, copy_candidates
+from .excess import CYCLE, NO_STRUCTURE, ORDER, SLOWER, Excess, attribute, bound_shares
 from .fold import provider
 from .group import aligned, common_structures
 from .merge import merge_graphs, rename_op
@@ -70,6 +71,7 @@ class Subgraph:
     gir_bytes: int
     bound_bytes: int
     gir_access_bytes: int = 0
+    excess: list[Excess] = field(default_factory=list)  # gir_bytes - bound_bytes, per tensor and why
 
 
 @dataclass
@@ -153,7 +155,8 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     outside |= {aliases.get(t, t) for t in g.outputs} | {b.name for k in kernels for b in k.graph.buffers.values()
                                                        if b.role == "input"}
     fuse = partial(_fuse_group, g, lowers=lowers, limit=limit, cache=cache, aliases=aliases, cands_for=cands_for)
-    kernels += _fused_groups(g, rest, ops, outside, fuse, cands_for, aliases)
+    fused, not_chosen = _fused_groups(g, rest, ops, outside, fuse, cands_for, aliases)
+    kernels += fused
     g0, ops0 = given
     produced = {t for op in ops0 for t in op.outputs}
     external = {aliases.get(t, t) for op in ops0 for t in op.inputs if t not in produced}
@@ -161,16 +164,37 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     unfused = sum(_nbytes(g0, set(op.inputs) | set(op.outputs)) for op in ops0 if op.kind != "view")
     gir = sum(k.estimate.dram_bytes for k in kernels)
     accessed = sum(sum(level_bytes(k.graph).values()) for k in kernels)
-    bound = _nbytes(g0, escaping) + sum(_compulsory_read(g0, ops0, t, aliases) for t in external - escaping)
-    return Subgraph(ops, kernels, unfused, gir, bound, accessed)
+    external_reads = {t: _compulsory_read(g0, ops0, t, aliases) for t in external - escaping}
+    bound = _nbytes(g0, escaping) + sum(external_reads.values())
+    excess = attribute(
+        kernels, bound_shares(g0, escaping, external_reads, aliases), {op.name: op for op in ops},
+        reads=lambda op: {aliases.get(t, t): t not in op.inputs for t in (*_sources(op, cands_for), *op.inputs)},
+        writes=lambda op: {aliases.get(t, t) for t in op.outputs},
+        why_apart=partial(_why_apart, _dependences(ops, lambda op: _sources(op, cands_for), aliases), cands_for,
+                          not_chosen))
+    return Subgraph(ops, kernels, unfused, gir, bound, accessed, excess)
 
 
-def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases) -> list[Kernel]:
+def _why_apart(dag: nx.DiGraph, cands_for, not_chosen: list[list[BasicOp]], writer_ops: list[BasicOp],
+               producer: BasicOp, reader: BasicOp) -> str:
+    """Why `reader` is not in the kernel of `writer_ops` that holds its `producer` (see
+    excess.py). `not_chosen`: the groups of the grouping the performance model ranked second."""
+    if any(reader in group and producer in group for group in not_chosen):
+        return SLOWER
+    if not aligned([cands_for(o).candidates for o in (*writer_ops, reader)]):
+        return NO_STRUCTURE
+    if _reenters(dag, {o.name for o in writer_ops}, reader.name):
+        return CYCLE
+    return ORDER
+
+
+def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases) -> tuple[list[Kernel], list]:
     """Kernels of the greedy grouping, formed twice: with ops joining a group they read only
     through a folded layout (P @ V reading the probabilities through its broadcast: attention
     is then one kernel) and without (a conv window reading its producer's neighbours would keep
     a device sync in the group and drag its structure, or split a product from its sum). The
-    one the performance model finds faster is kept, one the emitter lowers whole first."""
+    one the performance model finds faster is kept, one the emitter lowers whole first; the
+    other's groups are returned too, to explain what was not fused."""
     def reads(group):
         return {aliases.get(t, t) for op in group for t in _sources(op, cands_for)}
 
@@ -184,12 +208,12 @@ def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases)
 
     direct = _groups(g, ops, subgraph, cands_for, aliases, through_folds=False)
     folded = _groups(g, ops, subgraph, cands_for, aliases, through_folds=True)
-    best = kernels_of(direct)
+    best, not_chosen = kernels_of(direct), []
     if folded != direct:
-        other = kernels_of(folded)
+        other, not_chosen = kernels_of(folded), folded
         if _modelled(other) < _modelled(best):
-            best = other
-    return best
+            best, not_chosen = other, direct
+    return best, not_chosen
 
 
 def _modelled(kernels: list[Kernel]) -> tuple[bool, float, int]:
@@ -236,11 +260,7 @@ def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_fo
 
     def reads(op):
         return _sources(op, cands_for) if through_folds and id(op) in fused else op.inputs
-    dag = nx.DiGraph()
-    producer = {aliases.get(t, t): op.name for op in subgraph for t in op.outputs if t not in aliases}
-    for op in subgraph:
-        dag.add_node(op.name)
-        dag.add_edges_from((producer[aliases.get(t, t)], op.name) for t in reads(op) if aliases.get(t, t) in producer)
+    dag = _dependences(subgraph, reads, aliases)
     groups, current = [], []
     produced: set[str] = set()
     for op in ops:
@@ -257,6 +277,16 @@ def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_fo
     if current:
         groups.append(current)
     return groups
+
+
+def _dependences(subgraph: list[BasicOp], reads, aliases) -> nx.DiGraph:
+    """Producer -> reader edges between the subgraph's ops (`reads(op)`: what op reads)."""
+    dag = nx.DiGraph()
+    producer = {aliases.get(t, t): op.name for op in subgraph for t in op.outputs if t not in aliases}
+    for op in subgraph:
+        dag.add_node(op.name)
+        dag.add_edges_from((producer[aliases.get(t, t)], op.name) for t in reads(op) if aliases.get(t, t) in producer)
+    return dag
 
 
 def _sources(op: BasicOp, cands_for) -> list[str]:
@@ -346,8 +376,9 @@ def _structure_key(g: BasicGraph, merged: GIRGraph):
 
 
 def _renamed(kernel: Kernel, mapping: dict[str, str], op_names) -> Kernel:
+    by_buffer = {(key, mapping.get(name, name)): n for (key, name), n in kernel.estimate.dram_by_buffer.items()}
     return Kernel("+".join(op_names), op_names, _rename_graph(kernel.graph, mapping), _rename_graph(kernel.before, mapping),
-                  kernel.log, kernel.estimate, kernel.explored, 0.0, reused=True,
+                  kernel.log, replace(kernel.estimate, dram_by_buffer=by_buffer), kernel.explored, 0.0, reused=True,
                   unlowerable=kernel.unlowerable)
 
 

@@ -47,19 +47,28 @@ def _masked_valid_count(s: Slice, prim: ParallelPrimitive) -> int:
 
 def dram_footprint(graph: GIRGraph) -> dict[str, int]:
     """Distinct DRAM bytes read and written: the traffic of a kernel whose repeated reads of
-    one element (a broadcast bias, say) hit in cache. A Gather's data-dependent reads count
-    once per gathered element (no data here to tell repeated indices apart)."""
+    one element (a broadcast bias, say) hit in cache."""
+    out = {"read": 0, "write": 0}
+    for (key, _), n in dram_footprint_by_buffer(graph).items():
+        out[key] += n
+    return out
+
+
+def dram_footprint_by_buffer(graph: GIRGraph) -> dict[tuple[str, str], int]:
+    """`dram_footprint` per ("read" or "write", buffer): what a report attributes to each
+    tensor. A Gather's data-dependent reads count once per gathered element (no data here to
+    tell repeated indices apart)."""
     env = graph.prim.env()
     touched: dict[tuple[str, str], np.ndarray] = {}
-    out = {"read": 0, "write": 0}
+    out: dict[tuple[str, str], int] = {}
     for op, key, s, buf in accesses(graph, DRAM):
         if isinstance(op, Gather) and s is op.src:
-            out[key] += op.dst.valid_count(env) * itemsize(buf.dtype)
+            out[key, s.buffer] = out.get((key, s.buffer), 0) + op.dst.valid_count(env) * itemsize(buf.dtype)
             continue
         bitmap = touched.setdefault((key, s.buffer), np.zeros(buf.size, bool))
         bitmap[s.addresses(env)[s.valid(env)] if s.is_masked else s.addresses(env)] = True
     for (key, name), bitmap in touched.items():
-        out[key] += int(np.count_nonzero(bitmap)) * itemsize(graph.buffers[name].dtype)
+        out[key, name] = out.get((key, name), 0) + int(np.count_nonzero(bitmap)) * itemsize(graph.buffers[name].dtype)
     return out
 
 
