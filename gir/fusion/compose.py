@@ -209,33 +209,37 @@ def concat(contents: list[Content], shapes: list[tuple], axis: int, out_shape: t
     split into digits (a channel shuffle's output: even and odd channels from two sources) is
     placed over the split axis, every input split alike (the digits' row-major order is the
     storage order): the next unit's concat of a shuffled half composes instead of being copied."""
-    own = [reindex(c, 0, shape, contiguous_strides(shape)) if prod(shape) else Content(tuple(shape), ())
-           for c, shape in zip(contents, shapes)]
+    own = [_own(c, tuple(s)) for c, s in zip(contents, shapes)]
     if any(o is None for o in own):
         return None  # an input does not decompose along its own dimensions
-    digits = {o.shape[axis + 1:len(o.shape) - len(shape) + axis + 1] for o, shape in zip(own, shapes)
-              if o.shape != tuple(shape)}
+    digits = {o.shape[axis + 1:axis + 1 + len(o.shape) - len(s)] for o, s in zip(own, shapes) if o.shape != tuple(s)}
+    if len(digits) > 1:
+        return None
     if digits:
-        if len(digits) > 1:
-            return None
         inner = digits.pop()
-        split = [tuple(shape[:axis]) + (shape[axis] // prod(inner),) + inner + tuple(shape[axis + 1:]) for shape in shapes]
-        if any(shape[axis] % prod(inner) for shape in shapes):
+        if any(s[axis] % prod(inner) for s in shapes):
             return None
-        own = [reindex(c, 0, s, contiguous_strides(s)) if prod(s) else Content(s, ()) for c, s in zip(contents, split)]
-        if any(o is None or o.shape != s for o, s in zip(own, split)):
+
+        def split(s):
+            return tuple(s[:axis]) + (s[axis] // prod(inner),) + inner + tuple(s[axis + 1:])
+        shapes, out_shape = [split(s) for s in shapes], split(out_shape)
+        own = [_own(c, s) for c, s in zip(contents, shapes)]
+        if any(o is None or o.shape != s for o, s in zip(own, shapes)):
             return None
-        shapes = split
-        out_shape = tuple(out_shape[:axis]) + (out_shape[axis] // prod(inner),) + inner + tuple(out_shape[axis + 1:])
     pieces, at = [], 0
-    for own, shape in zip(own, shapes):
-        for p in own.pieces:
+    for content, shape in zip(own, shapes):
+        for p in content.pieces:
             lo, hi = list(p.lo), list(p.hi)
             lo[axis] += at
             hi[axis] += at
             pieces.append(replace(p, lo=tuple(lo), hi=tuple(hi), offset=p.offset - at * p.strides[axis]))
         at += shape[axis]
     return Content(tuple(out_shape), tuple(pieces))
+
+
+def _own(content: Content, shape: tuple) -> Content | None:
+    """`content` re-expressed over `shape` read contiguously (finer where a piece needs it)."""
+    return reindex(content, 0, shape, contiguous_strides(shape)) if prod(shape) else Content(shape, ())
 
 
 @dataclass

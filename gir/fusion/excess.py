@@ -76,7 +76,7 @@ def _explain(name, extra, writers, readers, ops, reads, writes, why_apart) -> Ex
         who = ", ".join(_reading(op, name, reads) for op in inside) or "a later operator"
         return Excess(name, extra, DEVICE_SYNC, w.name, reader_names, f"{who} after the sync")
     if not readers:
-        return Excess(name, extra, ORDER, w.name, (), "written by more than one kernel")
+        return Excess(name, extra, ORDER, w.name, (), f"written by {len(writers)} kernel(s), read by none")
     other = readers[0]
     reader = next((ops[o] for o in other.ops if o in ops and name in reads(ops[o])), None)
     if w.name.startswith("copy:") or other.name.startswith("copy:"):

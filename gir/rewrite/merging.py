@@ -17,18 +17,12 @@ import numpy as np
 from gir.ir import DRAM, LANE, REGISTER, SHARED, Elementwise, Move, Slice, Sync, required_scope
 from gir.ir.expr import Call, Input, substitute
 
-from .query import position, readers, redirect, slices_of, sole_writer, syncs, whole, writers
+from .query import moves_from_sole_writers, position, readers, redirect, slices_of, sole_writer, syncs, whole, writers
 
 
 # -- read after write -------------------------------------------------------------------------
 def find_raw(g) -> list[int]:
-    out = []
-    for n, op in g.ops():
-        if isinstance(op, Move):
-            w = sole_writer(g, op.src.buffer)
-            if w is not None and isinstance(g.op(w), Move) and position(g, w) < position(g, n):
-                out.append(n)
-    return out
+    return [n for n, _, w in moves_from_sole_writers(g) if isinstance(g.op(w), Move) and position(g, w) < position(g, n)]
 
 
 def apply_raw(g, reader: int) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gir.ir import GIRGraph, Slice, Sync
+from gir.ir import GIRGraph, Move, Slice, Sync
 from gir.ir.gops import GOp
 
 
@@ -20,6 +20,14 @@ def sole_writer(g: GIRGraph, buffer: str) -> int | None:
     """The node that writes `buffer`, when exactly one does."""
     ws = writers(g, buffer)
     return ws[0] if len(ws) == 1 else None
+
+
+def moves_from_sole_writers(g: GIRGraph):
+    """(node, Move, writer node) for every Move whose source one gOperator writes: the loads
+    read-after-write merging and relane look at."""
+    for n, op in g.ops():
+        if isinstance(op, Move) and (w := sole_writer(g, op.src.buffer)) is not None:
+            yield n, op, w
 
 
 def readers(g: GIRGraph, buffer: str) -> list[int]:

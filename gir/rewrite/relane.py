@@ -14,17 +14,13 @@ from dataclasses import replace
 
 from gir.ir import LANE, REGISTER, UNIT, Elementwise, Move, Sync, required_scope
 
-from .query import readers, sole_writer, writers
+from .query import moves_from_sole_writers, readers, sole_writer, writers
 
 
 def find(g) -> list[int]:
-    out = []
-    for n, op in g.ops():
-        if isinstance(op, Move) and not op.uniform and g.buffers[op.src.buffer].level == REGISTER:
-            w = sole_writer(g, op.src.buffer)
-            if w is not None and isinstance(g.op(w), Elementwise) and g.op(w).vec != op.vec:
-                out.append(n)
-    return out
+    return [n for n, op, w in moves_from_sole_writers(g)
+            if not op.uniform and g.buffers[op.src.buffer].level == REGISTER
+            and isinstance(g.op(w), Elementwise) and g.op(w).vec != op.vec]
 
 
 def apply(g, reader: int) -> str | None:
