@@ -24,7 +24,9 @@ def rename_op(op: GOp, rename: dict[str, str]) -> GOp:
 def merge_graphs(name: str, parts: list[GIRGraph], escaping: set[str]) -> GIRGraph:
     """Concatenate `parts` (in dependence order) into one graph. DRAM tensors keep their names;
     a tensor written by one part becomes an output if it is in `escaping`, else a temp.
-    Registers and shared buffers are private to their part (renamed `<part>.<name>`)."""
+    Registers, shared buffers and a part's own DRAM scratch (role temp: a two-phase reduction's
+    partials) are private to their part (renamed `<part>.<name>`): two softmax reductions
+    each keep their own partials instead of the second overwriting what the first still reads."""
     prim, target = parts[0].prim, parts[0].target
     for p in parts[1:]:
         if p.prim != prim:
@@ -35,11 +37,11 @@ def merge_graphs(name: str, parts: list[GIRGraph], escaping: set[str]) -> GIRGra
     for index, part in enumerate(parts):
         rename = {}
         for buf in part.buffers.values():
-            if buf.level == DRAM:
+            if buf.level == DRAM and buf.role != "temp":
                 _declare_dram(g, buf, escaping, stores)
                 continue
             rename[buf.name] = f"{index}.{buf.name}"
-            g.buffer(rename[buf.name], buf.level, buf.size, buf.dtype)
+            g.buffer(rename[buf.name], buf.level, buf.shape or buf.size, buf.dtype)
         for _, op in part.ops():
             op = rename_op(op, rename)
             if not isinstance(op, Sync):

@@ -217,8 +217,18 @@ class Builder:
                     dtype: str | None = None, shape=None) -> str:
         """Emit one elementwise op; scalar constants of the compute type become Const leaves."""
         dtype = dtype or self.dtype(inputs[0])
+        shapes = [self.shape(t) for t in inputs]
+        try:
+            full = np.broadcast_shapes(*shapes) if inputs else ()
+            # an operand larger than a given result (PRelu's slope) would be read out of bounds
+            ok = shape is None or np.broadcast_shapes(full, tuple(shape)) == tuple(shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            to = "" if shape is None else f" to {tuple(shape)}"
+            raise self.error(f"input shapes {', '.join(map(str, shapes))} do not broadcast{to}")
         if shape is None:
-            shape = np.broadcast_shapes(*[self.shape(t) for t in inputs]) if inputs else ()
+            shape = full
         cdt = compute_dtype([self.dtype(t) for t in inputs], dtype)
         values = [self.value(t) for t in inputs]
         if inputs and not all(v is not None for v in values):

@@ -86,9 +86,15 @@ def leaky_relu(b: Builder, n: Node):
 
 @register("PRelu")
 def prelu(b: Builder, n: Node):
-    x = n.inputs[0]
-    b.elementwise(call("where", call("lt", x0, b.c(0, x)), call("mul", x0, x1), x0), [x, n.inputs[1]],
-                  step="prelu", out=n.outputs[0], shape=b.shape(x))
+    """Before opset 7 a 1-D slope is per channel (axis 1: onnx's pytorch-converted
+    ``test_PReLU_*_multiparam``, slope [3] on x [2, 3, 4, ...]); from opset 7 it broadcasts
+    unidirectionally from the right, which ``Builder.elementwise`` checks."""
+    x, slope = n.inputs[0], n.inputs[1]
+    xs, ss = b.shape(x), b.shape(slope)
+    if n.opset < 7 and len(ss) == 1 and len(xs) >= 2 and ss[0] == xs[1] != 1:
+        slope = b.view(slope, (ss[0],) + (1,) * (len(xs) - 2), step="prelu_slope")
+    b.elementwise(call("where", call("lt", x0, b.c(0, x)), call("mul", x0, x1), x0), [x, slope],
+                  step="prelu", out=n.outputs[0], shape=xs)
 
 
 @register("Clip")

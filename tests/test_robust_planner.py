@@ -1,0 +1,98 @@
+"""Valid models the planner once failed on (issue 22, item 1), each run on the CPU against
+onnxruntime and planned for cuda:sm_90 (checked there by the reference interpreter, which
+runs any target's plan on this machine)."""
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gir
+from gir.frontend import load
+from gir.frontend.errors import FrontendError
+from gir.fusion.plan import plan
+from gir.ir.target import get_target
+from gir.runtime import execute
+
+RNG = np.random.default_rng(22)
+
+
+def _model(node, shapes, opset=18):
+    """One node over float inputs ``shapes`` (name -> shape), output y of x's shape."""
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, next(iter(shapes.values())))
+    m = helper.make_model(helper.make_graph([node], "m", inputs, [y]),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _check(model, feeds, want=None):
+    if want is None:
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = gir.Session(model, target="cpu").run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    p = plan(load(model), get_target("cuda:sm_90"))
+    np.testing.assert_allclose(execute(p, feeds)["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def _feeds(shapes):
+    return {n: RNG.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+
+
+def _pytorch_converted(name):
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "pytorch-converted", name)
+
+
+@pytest.mark.parametrize("dims", ["1d", "2d", "3d"])
+def test_prelu_opset6_slope_is_per_channel(dims):
+    """Before opset 7 a 1-D slope of size C scales channel axis 1 (onnx's expected outputs say
+    so; onnxruntime has no PRelu-6 kernel), not the last axis as numpy broadcasting would."""
+    folder = _pytorch_converted(f"test_PReLU_{dims}_multiparam")
+    model = onnx.load(os.path.join(folder, "model.onnx"))
+    x = numpy_helper.to_array(onnx.load_tensor(os.path.join(folder, "test_data_set_0", "input_0.pb")))
+    want = numpy_helper.to_array(onnx.load_tensor(os.path.join(folder, "test_data_set_0", "output_0.pb")))
+    name, out = model.graph.input[0].name, model.graph.output[0].name
+    assert gir.Session(model, target="cpu").run(None, {name: x})[0].shape == want.shape
+    np.testing.assert_allclose(gir.Session(model, target="cpu").run(None, {name: x})[0], want, rtol=1e-6)
+    # a slope that differs from the channel count shows the axis matters
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(slope, model.graph.initializer[0].name))
+    want = np.where(x > 0, x, x * slope.reshape((1, 3) + (1,) * (x.ndim - 2)))
+    np.testing.assert_allclose(gir.Session(model, target="cpu").run(None, {name: x})[0], want, rtol=1e-6)
+    p = plan(load(model), get_target("cuda:sm_90"))
+    np.testing.assert_allclose(execute(p, {name: x})[out], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("x,slope", [((2, 3), (3,)), ((2, 3, 4), (3, 1)), ((2, 3, 4, 5), (3, 1, 1)), ((2, 3, 4, 3), (3,))])
+def test_prelu_slope_broadcasts_from_the_right(x, slope):
+    shapes = {"x": x, "s": slope}
+    _check(_model(helper.make_node("PRelu", ["x", "s"], ["y"]), shapes), _feeds(shapes))
+
+
+def test_prelu_slope_wider_than_x_is_a_clean_error():
+    """A slope that does not broadcast to x must be refused, not read out of bounds."""
+    m = _model(helper.make_node("PRelu", ["x", "s"], ["y"]), {"x": (2, 1), "s": (2, 3)})
+    with pytest.raises(FrontendError, match="do not broadcast"):
+        load(m)
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (1, 1024), (4, 512), (2, 3, 512), (512,), (1000,)])
+def test_softmax_with_two_two_phase_reductions(shape):
+    """Max and sum both reduce through DRAM partials; each keeps its own (they once shared one
+    buffer name, so the merge refused the second writer)."""
+    shapes = {"x": shape}
+    _check(_model(helper.make_node("Softmax", ["x"], ["y"], axis=1 if len(shape) > 1 else 0), shapes), _feeds(shapes))
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 512), 1), ((16, 33), 0), ((2, 4, 16, 32), 2)])
+def test_layer_normalization_two_phase(shape, axis):
+    shapes = {"x": shape, "g": shape[axis:], "b": shape[axis:]}
+    _check(_model(helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=axis), shapes), _feeds(shapes))
+
+
+def test_instance_normalization_two_phase():
+    shapes = {"x": (2, 10, 32, 32), "g": (10,), "b": (10,)}
+    _check(_model(helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"]), shapes), _feeds(shapes))
