@@ -19,6 +19,7 @@ import hashlib
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 from contextlib import suppress
 from functools import lru_cache
@@ -49,6 +50,28 @@ def cache_dir(kind: str) -> Path:
     folder = cache_root() / kind
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def usable_dir(kind: str) -> Path:
+    """`cache_dir(kind)`, or where it cannot be made (the root is a file, no permission, a full
+    disk) a temporary folder of this process, after one warning line: the build still works,
+    it is only not kept for the next run."""
+    try:
+        return cache_dir(kind)
+    except OSError as err:
+        warn_unusable(err)
+        return Path(tempfile.mkdtemp(prefix=f"gir-{kind}-"))
+
+
+_warned = []
+
+
+def warn_unusable(err: OSError) -> None:
+    """One line on stderr, the first time this process finds the cache unusable."""
+    if not _warned:
+        _warned.append(err)
+        print(f"gir: warning: compile cache {cache_root()} is not usable ({err.strerror or err}); "
+              f"nothing is cached in this run (set GIR_CACHE_DIR to a writable folder)", file=sys.stderr)
 
 
 @lru_cache(maxsize=None)
@@ -141,8 +164,8 @@ class Store:
         try:
             cache_dir(self.kind)
             write_atomic(self._path(key), _MAGIC + hashlib.sha256(payload).digest() + payload)
-        except OSError:
-            pass  # an unwritable cache only costs the next compile its time
+        except OSError as err:  # an unwritable cache only costs the next compile its time
+            warn_unusable(err)
 
 
 _ABSENT = object()

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -89,12 +90,16 @@ def _backend_errors():
 
 
 def cmd_targets(args) -> int:
-    from gir.ir.target import ALIASES, PRESETS, local_cpu
+    """Every target `--target` takes. A described target (opencl) is listed without opening its
+    device: its figures are queried from the device when a command uses it."""
+    from gir.ir.target import ALIASES, DESCRIBED, PRESETS, local_cpu
     names = {v: k for k, v in ALIASES.items()}
     print(f"{'target':<12} {'name':<8} {'unit':<10} {'lanes':>5} {'units/blk':>9} {'DRAM GB/s':>10} {'fp32 TFLOP/s':>12} {'ridge':>6}")
     for key, t in [*PRESETS.items(), ("cpu", local_cpu())]:
         print(f"{names.get(key, key):<12} {t.name:<8} {t.hierarchy[-2]:<10} {t.lanes_per_unit:>5} {t.max_units_per_block:>9} "
               f"{t.dram_bandwidth / 1e9:>10.0f} {t.peak_flops / 1e12:>12.1f} {t.ridge_point():>6.1f}")
+    for key in DESCRIBED:
+        print(f"{key:<12} described by the device found when used ($GIR_{key.upper()}_DEVICE picks one by name)")
     return EXIT_OK
 
 
@@ -174,9 +179,12 @@ def _random_inputs(graph) -> dict:
 def _read_inputs(path: str, graph) -> dict:
     from gir.ir.dtypes import np_dtype
     try:
-        data = dict(np.load(path))
-    except (OSError, ValueError) as err:
-        raise CliError(f"{path}: cannot read inputs ({err})") from None
+        with np.load(path, allow_pickle=False) as archive:
+            data = dict(archive)
+    except OSError as err:
+        raise CliError(f"{path}: cannot read inputs ({err.strerror or err})") from None
+    except Exception:  # noqa: BLE001 - not a zip, a plain .npy, pickled data, a damaged member, ...
+        raise CliError(f"{path}: not a readable .npz archive (one array per input, np.savez)") from None
     unknown = sorted(set(data) - set(graph.inputs))
     if unknown:
         raise CliError(f"{path}: unknown input {unknown[0]!r}; {graph.model_name} takes {', '.join(graph.inputs)}")
@@ -190,19 +198,71 @@ def _read_inputs(path: str, graph) -> dict:
     return data
 
 
+def _npz_names(graph) -> None:
+    """An .npz member is named by the output: a NUL byte would cut the name short in the zip
+    (the output would silently be missing or renamed), so such a model is refused before running."""
+    for name in graph.outputs:
+        if "\0" in name:
+            raise CliError(f"{graph.model_name}: output {name!r} has a NUL byte in its name, which an .npz "
+                           f"cannot store (-o); rename the output or run without -o")
+
+
+def _check_writable(path: str) -> None:
+    """Before running: an -o that cannot be written is bad usage, found before the work."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        why = "is a folder" if os.path.isdir(path) else f"folder {folder} does not exist or is not writable"
+        raise CliError(f"{path}: cannot write the outputs there ({why})")
+
+
+def _write_npz(path: str, outputs: dict) -> None:
+    """Exactly the named file (np.savez would add `.npz` to a name without it)."""
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **outputs)
+    except OSError as err:
+        raise CliError(f"{path}: cannot write the outputs there ({err.strerror or err})") from None
+
+
+def _engine(args, target) -> str:
+    """The engine `gir run` uses: the target's native one, or the interpreter where the target
+    has none (opencl), said on stderr."""
+    from gir.runtime.session import has_native_engine
+    if args.engine == "native" and not has_native_engine(target):
+        if not args.quiet:
+            print(f"gir: {target.name} ({target.backend}) has no native engine yet: running its kernels "
+                  f"in the interpreter engine", file=sys.stderr)
+        return "interpreter"
+    return args.engine
+
+
+def _latency(session, feeds, repeat: int) -> str:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return f"latency over {repeat} runs: median {np.median(times) * 1e3:.3f} ms, min {min(times) * 1e3:.3f} ms"
+
+
 def cmd_run(args) -> int:
     """Runs through gir.Session: the target's own kernels (C + OpenMP on `cpu`, CUDA or HIP on
-    a GPU) or, with `--engine interpreter`, the reference interpreter on any machine."""
+    a GPU) or, with `--engine interpreter` (and on targets with no native engine: opencl), the
+    reference interpreter on any machine."""
     from gir.backends.errors import NoDeviceError
     from gir.runtime import Session
     graph = _load(args.model)
+    if args.output:
+        _npz_names(graph)
+        _check_writable(args.output)
     feeds = _read_inputs(args.inputs, graph) if args.inputs else _random_inputs(graph)
     target = _target(args.target)
+    engine = _engine(args, target)
     store = _plan_store(args, target)
     start = time.perf_counter()
     try:
         with _backend_errors():
-            session = Session(graph, args.target, engine=args.engine, limit=args.limit,
+            session = Session(graph, args.target, engine=engine, limit=args.limit,
                               progress=_progress(args), plan_cache=store)
     except NoDeviceError as err:
         raise CliError(f"{str(err).splitlines()[0]} (--engine interpreter runs {target.name} kernels on the host)",
@@ -214,13 +274,23 @@ def cmd_run(args) -> int:
     seconds = time.perf_counter() - start
     outputs = dict(zip(graph.outputs, values))
     for name, value in outputs.items():
-        print(f"{name}: {value.dtype}{list(value.shape)} mean {float(np.mean(value)):.6g} max|x| {float(np.max(np.abs(value))):.6g}")
+        print(f"{name}: {_summary(value)}")
     if not args.quiet:
-        print(f"ran {len(session.plan.kernels)} kernels with the {args.engine} engine on {target.name} in {seconds:.3f} s "
+        print(f"ran {len(session.plan.kernels)} kernels with the {engine} engine on {target.name} in {seconds:.3f} s "
               f"(arena {_size(session.memory.peak_bytes)})", file=sys.stderr)
+    if args.repeat:
+        print(_latency(session, feeds, args.repeat))
     if args.output:
-        np.savez(args.output, **outputs)
+        _write_npz(args.output, outputs)
     return EXIT_OK
+
+
+def _summary(value: np.ndarray) -> str:
+    """dtype, shape, mean and max |x| (a zero-size output has no mean or max: says so)."""
+    head = f"{value.dtype}{list(value.shape)}"
+    if value.size == 0:
+        return f"{head} (empty)"
+    return f"{head} mean {float(np.mean(value)):.6g} max|x| {float(np.max(np.abs(value))):.6g}"
 
 
 def _size(n: int) -> str:
@@ -234,6 +304,8 @@ def cmd_compile(args) -> int:
     from gir.cache import Store, cache_root, gir_version
     from gir.compile_outputs import compile_outputs
     from gir.model_digest import model_digest
+    if not args.output.strip():
+        raise CliError("-o needs a folder name, not an empty string")
     target = _target(args.target)
     if target.backend not in SOURCE_SUFFIX:
         raise CliError(f"gir compile does not build {target.backend} kernels yet (explain and run plan for it)")
@@ -318,21 +390,29 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_INPUT)
 
 
-def _jobs(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes >= 1, not {text!r}")
-    return int(text)
+def _at_least(option: str, least: int, what: str):
+    """An argparse type: a whole number >= least (a bad one is a usage error, exit 1)."""
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"{option} takes a whole number of {what} >= {least}, not {text!r}")
+        return int(text)
+    return parse
+
+
+_jobs = _at_least("--jobs", 1, "processes")
 
 
 def parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="gir", description="Fuse the memory-intensive part of an ONNX model into GIR kernels.")
+    ap.add_argument("--version", action="version", version=f"gir {_release()}")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("targets", help="list hardware targets").set_defaults(fn=cmd_targets)
 
     def common(p, target="cuda:sm_90"):
         p.add_argument("model", help="ONNX file")
         p.add_argument("--target", default=target, help="cuda:sm_90, cuda:sm_80, hip:gfx908, hip:gfx90a or cpu")
-        p.add_argument("--limit", type=int, default=4, help="parallel structures searched per fused group")
+        p.add_argument("--limit", type=_at_least("--limit", 1, "structures"), default=4,
+                       help="parallel structures searched per fused group (>= 1)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--verbose", action="store_true",
                        help="also show phase times and cache hits; explain: GIR before/after rewriting and the rule log")
@@ -347,7 +427,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("native", "interpreter"), default="native",
                    help="native: the target's compiled kernels (default); interpreter: the reference interpreter")
     p.add_argument("--inputs", help=".npz with one array per model input (default: seeded random)")
-    p.add_argument("-o", "--output", help="write outputs to this .npz")
+    p.add_argument("-o", "--output", help="write the outputs, one array per output, to exactly this file (.npz format)")
+    p.add_argument("--repeat", type=_at_least("--repeat", 1, "runs"), default=0,
+                   help="run N more times and print the latency (median, min)")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("compile", help="emit and compile every kernel; write plan.json and the report")
     common(p)
@@ -368,7 +450,16 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _release() -> str:
+    from gir.cache import gir_release, gir_version
+    return f"{gir_release()} (sources {gir_version().rsplit('+', 1)[-1]})"
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # plain `gir`: what a newcomer types first; help, and success
+        parser().print_help()
+        return EXIT_OK
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
@@ -384,8 +475,8 @@ def main(argv=None) -> int:
     except Exception as err:  # a bug in GIR: still one line, with where to look
         print(f"gir: internal error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
               f"(please report; set GIR_TRACEBACK=1 for details)", file=sys.stderr)
-        if os.environ.get("GIR_TRACEBACK"):
-            raise
+        if os.environ.get("GIR_TRACEBACK") == "1":  # the trace, same exit code
+            traceback.print_exc()
         return EXIT_INTERNAL
 
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from gir.cache import cache_dir
+from gir.cache import usable_dir
 
 from .errors import CompileError
 
@@ -31,7 +31,7 @@ def cached_library(toolchain_id: str, compiler: str, flags: list[str], source: s
     with _lock:
         if key in _libs:
             return _libs[key]
-        out = cache_dir("native") / f"{key}.so"
+        out = usable_dir("native") / f"{key}.so"
         try:
             lib = ctypes.CDLL(str(out))
         except OSError:  # not built yet, or damaged

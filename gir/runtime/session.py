@@ -1,6 +1,7 @@
 """`gir.Session`: an onnxruntime-like inference session over a compiled plan."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,13 @@ class _InterpreterEngine:
 
     def run(self, feeds: dict) -> dict:
         return {n: v.copy() for n, v in execute(self.plan, feeds, memory=self.memory).items()}
+
+
+def has_native_engine(target) -> bool:
+    """Whether `engine="native"` can run this target's kernels (the CPU, CUDA and HIP do;
+    opencl is planned and emitted but runs in the interpreter)."""
+    from .device import BACKENDS
+    return target.backend == "cpu" or target.backend in BACKENDS
 
 
 def _engine_factory(name: str, target, model: str):
@@ -84,6 +92,11 @@ class Session:
 
     def run(self, output_names, feeds: dict) -> list[np.ndarray]:
         model = self.graph.model_name
+        if not isinstance(feeds, Mapping):
+            raise SessionError(f"{model}: feeds must be a dict {{input name: array}}, not a {type(feeds).__name__}; "
+                               f"inputs are {', '.join(self.graph.inputs)}")
+        if isinstance(output_names, str):
+            raise SessionError(f"{model}: output_names must be a list of names or None, not the string {output_names!r}")
         names = list(output_names) if output_names else list(self.graph.outputs)
         for n in names:
             if n not in self.graph.outputs:
