@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gir.ir.expr import Call, Input, call
 
 from .context import Builder, Node, gir_dtype
+from .indexing import unsupported
 from .registry import register
 
 UNARY = {
@@ -176,3 +179,42 @@ def cast(b: Builder, n: Node):
 def cast_like(b: Builder, n: Node):
     _cast_to(b, n, n.inputs[0], b.dtype(n.inputs[1]))
 
+
+
+def _mod_check(n: Node):
+    return None if n.attr("fmod", 0) in (0, 1) else f"fmod={n.attr('fmod')!r} is not 0 or 1"
+
+
+@register("Mod", check=_mod_check)
+def mod(b: Builder, n: Node):
+    """fmod=1: C fmod / truncated %, the sign of the dividend. fmod=0: Python's (numpy's) mod,
+    the sign of the divisor: the truncated remainder plus the divisor where the signs differ,
+    as numpy computes it (so inf and NaN cases agree too)."""
+    r = call("mod", x0, x1)
+    if not n.attr("fmod", 0):
+        zero = b.c(0, n.inputs[0])
+        differ = call("not", call("eq", call("lt", r, zero), call("lt", x1, zero)))
+        r = call("where", call("and", call("not", call("eq", r, zero)), differ), call("add", r, x1), r)
+    b.elementwise(r, n.inputs[:2], step="mod", out=n.outputs[0])
+
+
+def _dropout_check(n: Node):
+    if n.opset < 7 and not n.attr("is_test", 0):
+        return "is_test=0 (training mode): GIR compiles inference only"
+    return None
+
+
+@register("Dropout", static=(2,), check=_dropout_check)
+def dropout(b: Builder, n: Node):
+    """Inference: the identity; the optional mask is all true (ones before opset 10)."""
+    mode = n.input(2)
+    if mode is not None:
+        v = b.value(mode)
+        if v is None or bool(v.reshape(-1)[0]):
+            raise unsupported(n, "training_mode is true or not a constant: GIR compiles inference only")
+    x = n.inputs[0]
+    b.copy(x, n.outputs[0])
+    mask = n.output(1)
+    if mask is not None:
+        dtype = "bool" if n.opset >= 10 else b.dtype(x)
+        b.constant(np.ones(b.shape(x), np.bool_), dtype, out=mask)

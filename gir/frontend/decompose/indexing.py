@@ -1,0 +1,171 @@
+"""Ops that address elements by computed positions: GatherND, ArgMax/ArgMin, CumSum, Trilu,
+Range. None is a new basic kind: each is index arithmetic over small constant index vectors
+("iotas") in ``elementwise`` ops, plus ``reduce``, ``layout`` and ``gather``. An iota is a
+constant of one axis' length (not a mask of the whole tensor), so it costs almost no bytes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gir.ir.expr import Call, Const, Input, call
+
+from ..basic import contiguous_strides
+from ..errors import UnsupportedOpError
+from .context import Builder, Node, normalize_axis
+from .registry import register
+
+x0, x1, x2, x3 = Input(0), Input(1), Input(2), Input(3)
+
+
+def unsupported(n: Node, reason: str) -> UnsupportedOpError:
+    """A valid node GIR cannot compile (exit 2 on the CLI), found only while decomposing."""
+    return UnsupportedOpError(n.model, [(n.name, n.op_type, n.domain or "ai.onnx", n.opset, reason)])
+
+
+def iota(b: Builder, length: int, axis: int, rank: int, *, start: int = 0, step: str = "iota") -> str:
+    """Constant int64 [start, start + length) laid along ``axis`` of a rank-``rank`` shape."""
+    shape = [1] * rank
+    shape[axis] = length
+    return b.constant(np.arange(start, start + length, dtype=np.int64).reshape(shape), "int64", step=step)
+
+
+def _i64(v: int) -> Const:
+    return Const(float(v), "int64")
+
+
+# ---- GatherND ---------------------------------------------------------------------------------
+
+@register("GatherND")
+def gather_nd(b: Builder, n: Node):
+    """Each index tuple becomes one flat row number into data viewed as (rows, *rest): one
+    elementwise (wrap negatives, scale by row strides, add the batch offset), a sum over the
+    tuple axis, then a gather. Constant indices fold to a constant row vector."""
+    data, idx = n.inputs[0], n.inputs[1]
+    ds, ishape = b.shape(data), b.shape(idx)
+    nb = int(n.attr("batch_dims", 0))
+    if len(ishape) < 1 or not 0 <= nb < min(len(ds), len(ishape)):
+        raise b.error(f"batch_dims {nb} is out of range for data {list(ds)} and indices {list(ishape)}")
+    m = ishape[-1]
+    if ishape[:nb] != ds[:nb]:
+        raise b.error(f"the first {nb} (batch) dims of indices {list(ishape)} and data {list(ds)} differ")
+    if not 1 <= m <= len(ds) - nb:
+        raise b.error(f"index tuples of length {m} do not fit data {list(ds)} with batch_dims {nb}")
+    dims = ds[nb:nb + m]
+    v = b.value(idx)
+    if v is not None and v.size:
+        bad = (v < -np.asarray(dims)) | (v >= np.asarray(dims))
+        if bad.any():
+            raise b.error(f"index {v[bad].reshape(-1)[0]} is out of range for data {list(ds)}")
+    row_strides = np.asarray(contiguous_strides(dims), np.int64)
+    # per tuple component: where(i < 0, i + dim, i) * stride, plus the batch row offset on component 0
+    batch_rows = math.prod(ds[:nb])
+    offset = np.zeros((batch_rows, m), np.int64)
+    offset[:, 0] = np.arange(batch_rows, dtype=np.int64) * math.prod(dims)
+    offset = offset.reshape(tuple(ds[:nb]) + (1,) * (len(ishape) - 1 - nb) + (m,))
+    i = Call("cast", (x0,), "int64") if b.dtype(idx) != "int64" else x0
+    expr = call("add", call("mul", call("where", call("lt", i, _i64(0)), call("add", i, x1), i), x2), x3)
+    ins = [idx, b.constant(np.asarray(dims, np.int64), "int64", step="dims"),
+           b.constant(row_strides, "int64", step="strides"), b.constant(offset, "int64", step="batch")]
+    parts = b.elementwise(expr, ins, step="rowparts", dtype="int64", shape=ishape)
+    if m == 1:
+        rows = b.view(parts, ishape[:-1], step="rows")
+    else:
+        rows = b.reduce(parts, "sum", [len(ishape) - 1], False, step="rows")
+    table = b.view(data, (math.prod(ds[:nb + m]),) + tuple(ds[nb + m:]), step="table")
+    b.emit("gather", [table, rows], {"axis": 0}, step="gather", out=n.outputs[0])
+
+
+# ---- ArgMax / ArgMin ----------------------------------------------------------------------------
+
+@register("ArgMax", "ArgMin")
+def arg_extreme(b: Builder, n: Node):
+    """The extreme value along the axis, then the smallest (largest, with select_last_index)
+    position holding it: ReduceMin(Where(x == max, iota, N))."""
+    x = n.inputs[0]
+    shape = b.shape(x)
+    axis = normalize_axis(n.attr("axis", 0), len(shape), n)
+    keep = bool(n.attr("keepdims", 1))
+    last = bool(n.attr("select_last_index", 0))
+    size = shape[axis]
+    if size == 0:
+        raise b.error(f"{n.op_type} over axis {axis} of size 0 has no answer")
+    extreme = b.reduce(x, "max" if n.op_type == "ArgMax" else "min", [axis], True, step="extreme")
+    pos = iota(b, size, axis, len(shape))
+    miss = _i64(-1 if last else size)
+    cand = b.elementwise(call("where", call("eq", x0, x1), x2, miss), [x, extreme, pos], step="where",
+                         dtype="int64", shape=shape)
+    b.reduce(cand, "max" if last else "min", [axis], keep, step="index", out=n.outputs[0])
+
+
+# ---- CumSum -----------------------------------------------------------------------------------
+
+@register("CumSum", static=(1,))
+def cumsum(b: Builder, n: Node):
+    """y[.., i, ..] = sum over k of x[.., k, ..] where k is on the chosen side of i: a stride-0
+    layout repeats the axis (i, k), an index comparison masks it, a sum reduces k. Quadratic in
+    the axis length but memory-bound and fused; no scan kind is needed."""
+    x = n.inputs[0]
+    shape = b.shape(x)
+    rank = len(shape)
+    if rank == 0:
+        raise b.error("CumSum of a scalar: the input must have rank >= 1")
+    ax = b.const_input(1, "axis")
+    if ax.size != 1:
+        raise b.error(f"axis must be a scalar, got {ax.tolist()}")
+    axis = normalize_axis(int(ax.reshape(-1)[0]), rank, n)
+    exclusive, reverse = bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0))
+    size = shape[axis]
+    strides = contiguous_strides(shape)
+    rep_shape = shape[:axis + 1] + (size,) + shape[axis + 1:]
+    rep_strides = strides[:axis] + (0, strides[axis]) + strides[axis + 1:]
+    rep = b.layout(x, 0, rep_shape, rep_strides, step="repeat")
+    out_pos = iota(b, size, axis, rank + 1, step="out_pos")
+    in_pos = iota(b, size, axis + 1, rank + 1, step="in_pos")
+    keep = {(False, False): "le", (True, False): "lt", (False, True): "ge", (True, True): "gt"}[exclusive, reverse]
+    masked = b.elementwise(call("where", call(keep, x2, x1), x0, b.c(0, x)), [rep, out_pos, in_pos],
+                           step="mask", dtype=b.dtype(x), shape=rep_shape)
+    b.reduce(masked, "sum", [axis + 1], False, step="sum", out=n.outputs[0])
+
+
+# ---- Trilu ------------------------------------------------------------------------------------
+
+@register("Trilu", static=(1,))
+def trilu(b: Builder, n: Node):
+    """Keep x[.., i, j] where j - i >= k (upper) or <= k (lower), else 0: a row iota and a
+    column iota shifted by k, compared elementwise (no mask of the whole matrix)."""
+    x = n.inputs[0]
+    shape = b.shape(x)
+    rank = len(shape)
+    if rank < 2:
+        raise b.error(f"Trilu needs rank >= 2, got shape {list(shape)}")
+    kv = b.const_input(1, "k", np.zeros((), np.int64))
+    if kv.size != 1:
+        raise b.error(f"k must be a scalar, got {kv.tolist()}")
+    k = int(kv.reshape(-1)[0])
+    rows = iota(b, shape[-2], rank - 2, rank, step="rows")
+    cols = iota(b, shape[-1], rank - 1, rank, start=-k, step="cols_minus_k")
+    keep = "ge" if n.attr("upper", 1) else "le"
+    b.elementwise(call("where", call(keep, x2, x1), x0, b.c(0, x)), [x, rows, cols], step="trilu",
+                  out=n.outputs[0], dtype=b.dtype(x), shape=shape)
+
+
+# ---- Range ------------------------------------------------------------------------------------
+
+@register("Range", static=(0, 1, 2))
+def range_(b: Builder, n: Node):
+    """Folded when start, limit and delta are constants; otherwise the output length depends
+    on data, which static-shape compilation cannot express."""
+    vals = [b.value(n.input(i)) for i in range(3)]
+    missing = [name for name, v in zip(("start", "limit", "delta"), vals) if v is None]
+    if missing:
+        raise unsupported(n, f"{', '.join(missing)} not constant: the output length would depend on "
+                             f"run-time data (GIR compiles static shapes)")
+    start, limit, delta = (v.reshape(-1)[0] for v in vals)
+    if delta == 0:
+        raise b.error("delta is 0")
+    dtype = b.dtype(n.inputs[0])
+    count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    value = (start + np.arange(count, dtype=vals[0].dtype) * delta).astype(vals[0].dtype)
+    b.constant(value, dtype, out=n.outputs[0])
