@@ -82,7 +82,8 @@ def gather_nd(b: Builder, n: Node):
 @register("ArgMax", "ArgMin")
 def arg_extreme(b: Builder, n: Node):
     """The extreme value along the axis, then the smallest (largest, with select_last_index)
-    position holding it: ReduceMin(Where(x == max, iota, N))."""
+    position holding it: ReduceMin(Where(x == max, iota, N)). NaN ranks below every number
+    (onnxruntime compares with > and <, which NaN never passes)."""
     x = n.inputs[0]
     shape = b.shape(x)
     axis = normalize_axis(n.attr("axis", 0), len(shape), n)
@@ -91,6 +92,9 @@ def arg_extreme(b: Builder, n: Node):
     size = shape[axis]
     if size == 0:
         raise b.error(f"{n.op_type} over axis {axis} of size 0 has no answer")
+    if b.dtype(x).startswith("float"):  # NaN never wins, as in onnxruntime (and stays in range)
+        worst = b.c(-math.inf if n.op_type == "ArgMax" else math.inf, x)
+        x = b.elementwise(call("where", call("isnan", x0), worst, x0), [x], step="nan_loses")
     extreme = b.reduce(x, "max" if n.op_type == "ArgMax" else "min", [axis], True, step="extreme")
     pos = iota(b, size, axis, len(shape))
     miss = _i64(-1 if last else size)
