@@ -20,6 +20,7 @@ from .basic import BasicGraph, Tensor
 from .decompose import REGISTRY, Builder, Names, Node
 from .decompose.context import ONNX_TO_GIR, gir_dtype, onnx_type_name
 from .errors import FrontendError, UnsupportedOpError, one_line
+from .limits import check_tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Unsupported ops are still fine when all their inputs are constant: onnx.reference folds them.
@@ -230,6 +231,10 @@ def _check_inputs_static(model: onnx.ModelProto, label: str) -> None:
                 raise FrontendError(
                     f"{label}: input {vi.name!r} has a {kind} at axis {axis} (shape {dims}); GIR compiles "
                     f"static shapes: pass input_shapes={{{vi.name!r}: {example}}} (with your sizes) to fix it")
+            if d < 0:
+                raise FrontendError(f"{label}: input {vi.name!r} has a negative dimension {d} at axis {axis} "
+                                    f"(shape {dims})")
+        check_tensor(f"{label}: graph input", vi.name, dims)
 
 
 def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -268,7 +273,7 @@ def _build(model, nodes, types, label, model_name) -> BasicGraph:
         if name not in used:
             continue
         dtype = gir_dtype(init.data_type, f"{label}: initializer {name!r}")
-        value = np.array(numpy_helper.to_array(init))
+        value = _initializer_value(init, label)
         tensors[name] = Tensor(name, tuple(value.shape), dtype, value)
     _check_value_dtypes(g, types, label)
 
@@ -276,6 +281,7 @@ def _build(model, nodes, types, label, model_name) -> BasicGraph:
     names = Names(reserved)
     op_names = Names({n.name for n in nodes})
     for n in nodes:
+        _check_output_sizes(n, graph, types, label)
         b = Builder(graph, n, names, op_names)
         try:
             entry = REGISTRY.get(n.op_type) if n.domain == "" else None
@@ -297,6 +303,37 @@ def _build(model, nodes, types, label, model_name) -> BasicGraph:
             raise FrontendError(f"{label}: graph output {o.name!r} is never produced")
     _prune(graph)
     return graph
+
+
+def _initializer_value(init: onnx.TensorProto, label: str) -> np.ndarray:
+    """The initializer's array; data that does not match its declared shape is a bad model
+    (onnx.checker lets raw data longer than the shape through)."""
+    what = f"{label}: initializer {init.name!r}"
+    if any(d < 0 for d in init.dims):
+        raise FrontendError(f"{what} has a negative dimension (dims {list(init.dims)})")
+    expected = int(np.prod(init.dims, dtype=np.int64))
+    if init.HasField("raw_data") and init.data_location != onnx.TensorProto.EXTERNAL:
+        itemsize = helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+        if len(init.raw_data) != expected * itemsize:
+            raise FrontendError(f"{what} has {len(init.raw_data)} bytes of raw data, its shape {list(init.dims)} of "
+                                f"{onnx_type_name(init.data_type)} needs {expected * itemsize}")
+    try:
+        value = np.array(numpy_helper.to_array(init))
+    except Exception as e:  # noqa: BLE001 - typed data of the wrong length, unreadable external data
+        raise FrontendError(f"{what}: its data does not match its shape {list(init.dims)}: {one_line(e)}") from None
+    if value.size != expected:
+        raise FrontendError(f"{what} holds {value.size} values, its shape {list(init.dims)} needs {expected}")
+    return value
+
+
+def _check_output_sizes(n: Node, graph: BasicGraph, types: dict, label: str) -> None:
+    """Before a node is decomposed (or folded): its outputs, as ONNX shape inference sizes
+    them, within the resource limits (gir/frontend/limits.py)."""
+    folds = all(t in graph.tensors and graph.tensors[t].value is not None for t in n.inputs if t)
+    for t in n.outputs:
+        shape = _static_shape(types[t]) if t and t in types else None
+        if shape is not None:
+            check_tensor(f"{label}: {n.origin}", t, shape, fold=folds)
 
 
 def _check_value_dtypes(g: onnx.GraphProto, types: dict, label: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..limits import check_tensor
 from .context import Builder, Node, ONNX_TO_GIR
 from .registry import register
 
@@ -59,6 +60,7 @@ def constant_of_shape(b: Builder, n: Node):
     dims = [int(d) for d in b.const_input(0, "shape").reshape(-1)]
     if any(d < 0 for d in dims):
         raise b.error(f"negative dims {dims}")
+    check_tensor(f"{n.model}: {n.origin}", n.outputs[0], dims, fold=True)  # before np.full allocates it
     v = n.attr("value")
     v = np.zeros(1, np.float32) if v is None else np.asarray(v).reshape(-1)
     _put(b, n, np.full(dims, v[0], dtype=v.dtype))

@@ -17,6 +17,7 @@ from gir.ir.expr import Const, Expr, Input, substitute
 
 from ..basic import BasicGraph, BasicOp, Tensor, compute_dtype, contiguous_strides, infer
 from ..errors import FrontendError
+from ..limits import check_tensor
 from ..reference import execute_op
 
 ONNX_TO_GIR = {
@@ -179,6 +180,7 @@ class Builder:
             raise self.node.error(f"tensor {out or step!r}: {e}") from None
         name = out if out is not None else self.names.fresh(f"{self.node.name}/{step}")
         shape = tuple(int(d) for d in shape)
+        check_tensor(f"{self.node.model}: {self.node.origin}", name, shape)
         if out is not None:
             self.names.used.add(out)
             old = self.graph.tensors.get(out)
@@ -207,6 +209,7 @@ class Builder:
         op = BasicOp(self.op_names.fresh(f"{self.node.name}/{step}"), kind, list(inputs), [name],
                      dict(attrs), self.node.origin)
         if (self.fold or kind == "view") and all(t.value is not None for t in ins):
+            check_tensor(f"{self.node.model}: {self.node.origin}", name, shape, fold=kind != "view")
             value = execute_op(op, self.graph.tensors, [t.value for t in ins])
             self.graph.tensors[name].value = np.array(value)
         else:

@@ -195,6 +195,8 @@ def pad(b: Builder, n: Node):
         before[ax], after[ax] = pads[i], pads[len(axes) + i]
     if mode == "reflect" and any(max(p, q) > 0 and d < 2 for p, q, d in zip(before, after, shape)):
         raise b.error("reflect padding of an axis of size < 2")
+    if mode == "reflect" and any(max(p, q) >= d for p, q, d in zip(before, after, shape)):
+        raise b.error(f"reflect pads {pads} must be smaller than the padded dimension (input shape {list(shape)})")
     grow = [(max(p, 0), max(q, 0)) for p, q in zip(before, after)]
     out = n.outputs[0]
     crop = any(p < 0 or q < 0 for p, q in zip(before, after))

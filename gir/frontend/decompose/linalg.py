@@ -62,6 +62,13 @@ def conv_attrs(b: Builder, n: Node, x_shape, w_shape) -> dict:
     pads = resolve_pads(n.attr("auto_pad", "NOTSET"), x_shape[2:], kernel, strides, dilations, n.attr("pads"))
     if x_shape[1] != w_shape[1] * group or w_shape[0] % group:
         raise b.error(f"X {x_shape} and W {w_shape} do not agree with group={group}")
+    if min(strides + dilations, default=1) < 1:
+        raise b.error(f"strides {list(strides)} and dilations {list(dilations)} must be >= 1")
+    for i, (size, k, d) in enumerate(zip(x_shape[2:], kernel, dilations)):
+        padded, span = size + pads[i] + pads[nsp + i], (k - 1) * d + 1
+        if span > padded:  # no window fits: ONNX has no output for it (onnxruntime refuses too)
+            raise b.error(f"kernel spans {span} on spatial axis {i}, larger than the padded input ({padded}: "
+                          f"X {list(x_shape)}, pads {list(pads)})")
     return {"strides": strides, "pads": tuple(pads), "dilations": dilations, "group": group}
 
 

@@ -52,8 +52,10 @@ def reduction(b: Builder, n: Node):
             b.copy(x, out)
             return
         s = b.reduce(x, "sum", axes, keep, step="sum")
-        if b.dtype(x).startswith("float"):
-            expr = call("mul", x0, b.c(1 / count if count else math.inf, x))
+        if count == 0:  # ONNX: "undefined" over an empty set; onnxruntime gives 0 (the empty sum), so do we
+            expr = call("mul", x0, b.c(0, x))
+        elif b.dtype(x).startswith("float"):
+            expr = call("mul", x0, b.c(1 / count, x))
         else:
             expr = call("div", x0, b.c(count, x))
         b.elementwise(expr, [s], step="mean", out=out)
