@@ -132,3 +132,36 @@ def test_zero_size_tensors_match_onnxruntime(case, engine):
     (y,) = Session(m, target="cpu", engine=engine).run(None, feeds)
     assert y.shape == expected.shape
     np.testing.assert_array_equal(y, expected)
+
+
+# ---- item 3: names --------------------------------------------------------------------------
+
+def _relu_neg(x="x", t="t", y="y", relu="relu", neg="neg", graph="g"):
+    return model([helper.make_node("Relu", [x], [t], name=relu), helper.make_node("Neg", [t], [y], name=neg)],
+                 [vi(x, TensorProto.FLOAT, [2, 3])], [vi(y, TensorProto.FLOAT, [2, 3])], name=graph, opset=17)
+
+
+@pytest.mark.parametrize("placeholder,where", [(b"NNNN", "node 0 (Relu): name"), (b"TTTT", "node 0 (Relu) output 0: name"),
+                                               (b"YYYY", "graph output 0: name")])
+def test_names_that_are_not_utf8_are_refused(capsys, tmp_path, placeholder, where):
+    data = _relu_neg(t="TTTT", y="YYYY", relu="NNNN").SerializeToString().replace(placeholder, b"\xff\xfe\xc3Z")
+    m = onnx.ModelProto.FromString(data)
+    refused(capsys, tmp_path, m, f"{where} b'\\xff\\xfe\\xc3Z' is not valid UTF-8")
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90", "hip:gfx90a"])
+def test_hostile_names_compile_and_run(capsys, tmp_path, target):
+    """NUL, newline, backslash and comment markers in names reach the emitted source only in
+    comments, which are made safe: the kernel compiles (NVRTC reads a C string) and runs."""
+    m = _relu_neg(x="x\0a", t="t*/\\", y="y", relu="r\0*/\n#x", neg="n\\", graph="g\0")
+    path = tmp_path / "names.onnx"
+    onnx.save(m, path)
+    code = main(["compile", str(path), "--target", target, "-o", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    if code == 3:
+        pytest.skip(err)
+    assert code == 0, err
+    if target == "cpu":
+        x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+        (y,) = Session(m, target="cpu").run(None, {"x\0a": x})
+        np.testing.assert_array_equal(y, -np.maximum(x, 0))

@@ -236,7 +236,9 @@ class CStyle:
             lines = self.emit_op(op)
             if isinstance(op, Sync) and lines and lines == last:
                 continue  # back-to-back barriers of one kind: the first covers both
-            summary = str(op).replace("\n", " ")
+            # names come from the model: no NUL (a compiler reads the source as a C string), no newline,
+            # no backslash (a // comment ending in one swallows the next line)
+            summary = re.sub(r"[^\x20-\x5b\x5d-\x7e]", "_", str(op))
             body += [f"// #{node} {summary[:150]}{'...' if len(summary) > 150 else ''}", *lines]
             last = lines if isinstance(op, Sync) else None
         head, tail = self.kernel_frame(k)

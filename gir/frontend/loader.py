@@ -38,6 +38,7 @@ def load(model, input_shapes: dict[str, tuple] | None = None,
     as if they were initializers (what the onnx backend test does for shape-like inputs).
     """
     model, label, model_name = _read(model)
+    _check_names(model, label)
     model = _bind(model, label, input_shapes or {}, constants or {})
     skeleton = _skeleton(model)
     _check(skeleton, label)
@@ -89,6 +90,25 @@ def _read(model):
     if not proto.ir_version or not proto.HasField("graph"):
         raise FrontendError(f"{label}: not an ONNX model (no IR version or no graph in the file)")
     return proto, label, Path(path).stem
+
+
+def _check_names(model: onnx.ModelProto, label: str) -> None:
+    """ONNX names are UTF-8 strings; protobuf hands a name that is not valid UTF-8 over as bytes,
+    which nothing downstream can print, compare with a feed name or emit: refused here, with
+    where it is (the bytes escaped)."""
+    g = model.graph
+    named = [("graph name", g.name)]
+    named += [(f"graph {kind} {i}", v.name) for kind, vs in (("input", g.input), ("output", g.output),
+                                                             ("value_info", g.value_info), ("initializer", g.initializer))
+              for i, v in enumerate(vs)]
+    for i, n in enumerate(g.node):
+        what = f"node {i} ({n.op_type if isinstance(n.op_type, str) else 'op type'})"
+        named += [(what, n.name), (f"{what} op type", n.op_type), (f"{what} domain", n.domain)]
+        named += [(f"{what} input {j}", t) for j, t in enumerate(n.input)]
+        named += [(f"{what} output {j}", t) for j, t in enumerate(n.output)]
+    for what, name in named:
+        if isinstance(name, bytes):
+            raise FrontendError(f"{label}: {what}: name {name!r} is not valid UTF-8 (ONNX names are UTF-8 strings)")
 
 
 def _check(model: onnx.ModelProto, label: str) -> None:
