@@ -118,6 +118,16 @@ def test_cumsum_every_direction(axis, exclusive, reverse):
            inits={"a": np.array(axis, np.int64)})
 
 
+@pytest.mark.parametrize("shape,axis,exclusive,reverse", [((3, 200, 5), 1, 0, 0), ((3, 200, 5), 1, 1, 1),
+                                                         ((2, 2100), -1, 1, 0), ((2, 2100), -1, 0, 1)])
+def test_cumsum_long_axis_goes_by_blocks(shape, axis, exclusive, reverse):
+    """Past SCAN_DIRECT the axis is cut into zero-padded blocks (2100: a recursive second level)."""
+    x = RNG.integers(-9, 10, size=shape).astype(np.int64)
+    p = _check([_node("CumSum", ["x", "a"], exclusive=exclusive, reverse=reverse)], {"x": x},
+               inits={"a": np.array(axis, np.int64)})
+    assert any(op.kind == "pad" for op in p.graph.ops)
+
+
 def test_cumsum_int32_over_the_first_axis():
     x = RNG.integers(-9, 10, size=(7, 3)).astype(np.int32)
     _check([_node("CumSum", ["x", "a"])], {"x": x}, inits={"a": np.array([0], np.int32)}, compile_cuda=True)

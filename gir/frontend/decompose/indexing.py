@@ -105,22 +105,57 @@ def arg_extreme(b: Builder, n: Node):
 
 # ---- CumSum -----------------------------------------------------------------------------------
 
+SCAN_DIRECT = 64   # axis lengths scanned in one (i, k) square; longer ones go by blocks
+SCAN_BLOCK = 32
+
+
 @register("CumSum", static=(1,))
 def cumsum(b: Builder, n: Node):
-    """y[.., i, ..] = sum over k of x[.., k, ..] where k is on the chosen side of i: a stride-0
-    layout repeats the axis (i, k), an index comparison masks it, a sum reduces k. Quadratic in
-    the axis length but memory-bound and fused; no scan kind is needed."""
+    """A prefix sum with no scan kind: see ``scan``."""
     x = n.inputs[0]
     shape = b.shape(x)
-    rank = len(shape)
-    if rank == 0:
+    if not shape:
         raise b.error("CumSum of a scalar: the input must have rank >= 1")
     ax = b.const_input(1, "axis")
     if ax.size != 1:
         raise b.error(f"axis must be a scalar, got {ax.tolist()}")
-    axis = normalize_axis(int(ax.reshape(-1)[0]), rank, n)
-    exclusive, reverse = bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0))
+    axis = normalize_axis(int(ax.reshape(-1)[0]), len(shape), n)
+    scan(b, x, axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)), out=n.outputs[0])
+
+
+def scan(b: Builder, x: str, axis: int, exclusive: bool, reverse: bool, *, out: str | None = None) -> str:
+    """Prefix sums along ``axis``. A short axis is one square: y[.., i, ..] = sum over k of
+    x[.., k, ..] where k is on the chosen side of i (a stride-0 layout repeats the axis as
+    (i, k), an index comparison masks it, a sum reduces k): quadratic, but fused and
+    memory-bound. A long axis is cut into blocks of SCAN_BLOCK (zero-padded at the end): a
+    square scan inside each block plus an exclusive scan of the block totals (recursively),
+    so the work stays near N * SCAN_BLOCK per row instead of N * N."""
+    shape = b.shape(x)
     size = shape[axis]
+    if size <= SCAN_DIRECT:
+        return _square_scan(b, x, axis, exclusive, reverse, out=out)
+    blocks = -(-size // SCAN_BLOCK)
+    padded = blocks * SCAN_BLOCK
+    xp = x
+    if padded != size:
+        pads = tuple((0, padded - size) if i == axis else (0, 0) for i in range(len(shape)))
+        xp = b.emit("pad", [x], {"pads": pads, "mode": "constant", "value": 0.0}, step="scan_pad")
+    split = shape[:axis] + (blocks, SCAN_BLOCK) + shape[axis + 1:]
+    xb = b.view(xp, split, step="scan_blocks")
+    inner = _square_scan(b, xb, axis + 1, exclusive, reverse)
+    totals = b.reduce(xb, "sum", [axis + 1], True, step="scan_totals")
+    before = scan(b, totals, axis, True, reverse)   # what all earlier (later) blocks add
+    summed = b.elementwise(call("add", x0, x1), [inner, before], step="scan_add", shape=split)
+    flat = b.view(summed, shape[:axis] + (padded,) + shape[axis + 1:], step="scan_unblock")
+    if padded == size:
+        return b.copy(flat, out, step="scan_out") if out is not None else flat
+    strides = contiguous_strides(b.shape(flat))
+    return b.layout(flat, 0, shape, strides, step="scan_crop", out=out)
+
+
+def _square_scan(b: Builder, x: str, axis: int, exclusive: bool, reverse: bool, *, out: str | None = None) -> str:
+    shape = b.shape(x)
+    rank, size = len(shape), shape[axis]
     strides = contiguous_strides(shape)
     rep_shape = shape[:axis + 1] + (size,) + shape[axis + 1:]
     rep_strides = strides[:axis] + (0, strides[axis]) + strides[axis + 1:]
@@ -130,7 +165,7 @@ def cumsum(b: Builder, n: Node):
     keep = {(False, False): "le", (True, False): "lt", (False, True): "ge", (True, True): "gt"}[exclusive, reverse]
     masked = b.elementwise(call("where", call(keep, x2, x1), x0, b.c(0, x)), [rep, out_pos, in_pos],
                            step="mask", dtype=b.dtype(x), shape=rep_shape)
-    b.reduce(masked, "sum", [axis + 1], False, step="sum", out=n.outputs[0])
+    return b.reduce(masked, "sum", [axis + 1], False, step="sum", out=out)
 
 
 # ---- Trilu ------------------------------------------------------------------------------------
