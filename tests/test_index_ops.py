@@ -261,3 +261,11 @@ def test_argmax_argmin_skip_nan_as_onnxruntime_does(op, last):
     where GIR, which skips every NaN, differs; ONNX leaves NaN unspecified.)"""
     x = np.array([[1, np.nan, 3, np.nan, -1], [5, 2, np.nan, 7, 7], [2, np.nan, -np.inf, 4, np.inf]], np.float32)
     _check([_node(op, ["x"], axis=1, keepdims=0, select_last_index=last)], {"x": x})
+
+
+def test_argmax_of_an_all_nan_row_is_an_index_in_range():
+    x = np.array([[np.nan] * 4, [1, np.nan, 3, np.nan]], np.float32)
+    _check([_node("ArgMax", ["x"], axis=1, keepdims=0)], {"x": x})  # onnxruntime: [0, 2]
+    model = _model([_node("ArgMin", ["x"], axis=1, keepdims=0, select_last_index=1)], {"x": x})
+    got = gir.Session(model, target="cpu").run(None, {"x": x})[0]
+    assert 0 <= got[0] < 4 and got[1] == 0

@@ -24,15 +24,16 @@ def unsupported(n: Node, reason: str) -> UnsupportedOpError:
     return UnsupportedOpError(n.model, [(n.name, n.op_type, n.domain or "ai.onnx", n.opset, reason)])
 
 
-def iota(b: Builder, length: int, axis: int, rank: int, *, start: int = 0, step: str = "iota") -> str:
-    """Constant int64 [start, start + length) laid along ``axis`` of a rank-``rank`` shape."""
+def iota(b: Builder, length: int, axis: int, rank: int, *, start: int = 0, step: str = "iota",
+         dtype: str = "int64") -> str:
+    """Constant [start, start + length) laid along ``axis`` of a rank-``rank`` shape."""
     shape = [1] * rank
     shape[axis] = length
-    return b.constant(np.arange(start, start + length, dtype=np.int64).reshape(shape), "int64", step=step)
+    return b.constant(np.arange(start, start + length, dtype=np.int64).reshape(shape), dtype, step=step)
 
 
-def _i64(v: int) -> Const:
-    return Const(float(v), "int64")
+def _i64(v: int, dtype: str = "int64") -> Const:
+    return Const(float(v), dtype)
 
 
 # ---- GatherND ---------------------------------------------------------------------------------
@@ -92,15 +93,27 @@ def arg_extreme(b: Builder, n: Node):
     size = shape[axis]
     if size == 0:
         raise b.error(f"{n.op_type} over axis {axis} of size 0 has no answer")
-    if b.dtype(x).startswith("float"):  # NaN never wins, as in onnxruntime (and stays in range)
-        worst = b.c(-math.inf if n.op_type == "ArgMax" else math.inf, x)
-        x = b.elementwise(call("where", call("isnan", x0), worst, x0), [x], step="nan_loses")
-    extreme = b.reduce(x, "max" if n.op_type == "ArgMax" else "min", [axis], True, step="extreme")
-    pos = iota(b, size, axis, len(shape))
-    miss = _i64(-1 if last else size)
-    cand = b.elementwise(call("where", call("eq", x0, x1), x2, miss), [x, extreme, pos], step="where",
-                         dtype="int64", shape=shape)
-    b.reduce(cand, "max" if last else "min", [axis], keep, step="index", out=n.outputs[0])
+    ranked, hit, ins = x, call("eq", x0, x1), [x]
+    if b.dtype(x).startswith("float"):
+        # NaN never wins (as in onnxruntime, whose scan compares with > and <): it ranks as
+        # -inf (+inf for ArgMin), so an all-NaN row still answers with an index in range
+        worst = -math.inf if n.op_type == "ArgMax" else math.inf
+        ranked = b.elementwise(call("where", call("isnan", x0), b.c(worst, x), x0), [x], step="nan_loses")
+        hit = call("or", hit, call("and", call("isnan", x0), call("eq", x1, x3)))
+    extreme = b.reduce(ranked, "max" if n.op_type == "ArgMax" else "min", [axis], True, step="extreme")
+    # positions in int32 where they fit: the candidate tensor is the big one when it cannot fuse
+    pdt = "int32" if size < 2 ** 31 else "int64"
+    ins += [extreme, iota(b, size, axis, len(shape), dtype=pdt)]
+    if ranked != x:
+        ins.append(b.constant(np.asarray(worst, dtype=np.dtype(b.dtype(x))), b.dtype(x), step="worst"))
+    # the NaN map is repeated here, not stored: each elementwise can fuse into its reduce
+    cand = b.elementwise(call("where", hit, x2, _i64(-1 if last else size, pdt)), ins, step="where",
+                         dtype=pdt, shape=shape)
+    if pdt == "int64":
+        b.reduce(cand, "max" if last else "min", [axis], keep, step="index", out=n.outputs[0])
+        return
+    index = b.reduce(cand, "max" if last else "min", [axis], keep, step="index")
+    b.elementwise(Call("cast", (x0,), "int64"), [index], step="int64", out=n.outputs[0], dtype="int64")
 
 
 # ---- CumSum -----------------------------------------------------------------------------------
