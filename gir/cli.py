@@ -251,6 +251,8 @@ def cmd_run(args) -> int:
     reference interpreter on any machine."""
     from gir.backends.errors import NoDeviceError
     from gir.runtime import Session
+    from gir.runtime.indices import GatherIndexError
+    from gir.runtime.session import SessionError
     graph = _load(args.model)
     if args.output:
         _npz_names(graph)
@@ -270,7 +272,10 @@ def cmd_run(args) -> int:
     _verbose_cache(args, store)
     _verbose(args, f"session ready in {time.perf_counter() - start:.2f} s (plan, memory, build)")
     start = time.perf_counter()
-    values = session.run(None, feeds)
+    try:
+        values = session.run(None, feeds)
+    except (SessionError, GatherIndexError) as err:  # the inputs do not fit the model (an index out of range)
+        raise CliError(str(err).splitlines()[0]) from None
     seconds = time.perf_counter() - start
     outputs = dict(zip(graph.outputs, values))
     for name, value in outputs.items():

@@ -165,3 +165,41 @@ def test_hostile_names_compile_and_run(capsys, tmp_path, target):
         x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
         (y,) = Session(m, target="cpu").run(None, {"x\0a": x})
         np.testing.assert_array_equal(y, -np.maximum(x, 0))
+
+
+# ---- item 7: gather indices are checked on every engine -------------------------------------
+
+def _embedding(computed: bool):
+    """Gather rows of a [5, 4] table by int64 indices: the graph input itself (host check) or
+    indices computed in the model (input + 1: the kernel's flag)."""
+    table = numpy_helper.from_array(np.arange(20, dtype=np.float32).reshape(5, 4), "table")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    nodes = [helper.make_node("Add", ["ids", "one"], ["shifted"], name="shift")] if computed else []
+    nodes.append(helper.make_node("Gather", ["table", "shifted" if computed else "ids"], ["y"], name="lookup", axis=0))
+    return model(nodes, [vi("ids", TensorProto.INT64, [2, 3])], [vi("y", TensorProto.FLOAT, [2, 3, 4])], [table, one])
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["input_indices", "computed_indices"])
+@pytest.mark.parametrize("engine", ["native", "interpreter"])
+def test_out_of_range_gather_index_names_the_node(engine, computed):
+    from gir.runtime.indices import GatherIndexError
+    session = Session(_embedding(computed), target="cpu", engine=engine)
+    table = np.arange(20, dtype=np.float32).reshape(5, 4)
+    ok = np.array([[0, 1, 2], [-1, -5, 3]], np.int64) - int(computed)  # negative ones wrap (ONNX)
+    (y,) = session.run(None, {"ids": ok})
+    np.testing.assert_array_equal(y, table[ok + int(computed)])
+    for bad in (5, -6, 10**6):
+        ids = ok.copy()
+        ids[1, 2] = bad - int(computed)
+        with pytest.raises(GatherIndexError, match="m: .*node 'lookup' \\(Gather"):
+            session.run(None, {"ids": ids})
+    (y,) = session.run(None, {"ids": ok})  # a failed run leaves the session usable
+    np.testing.assert_array_equal(y, table[ok + int(computed)])
+
+
+def test_gir_run_reports_an_out_of_range_index_as_bad_input(capsys, tmp_path):
+    onnx.save(_embedding(False), tmp_path / "m.onnx")
+    np.savez(tmp_path / "ids.npz", ids=np.full((2, 3), 10**6, np.int64))
+    code = main(["run", str(tmp_path / "m.onnx"), "--quiet", "--inputs", str(tmp_path / "ids.npz")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "node 'lookup'" in err and "index 1000000" in err, err

@@ -693,9 +693,15 @@ class CStyle:
             return [] if dst is None else guarded(ok + dst[1], [f"{dst[0]} = {src};"])
         return self.for_elements(op, op.dst.size, body)
 
+    def gather_out_of_range(self) -> str:
+        """A statement run when a Gather index is out of range (the index is clamped, so memory
+        stays safe): a dialect with a host-visible flag sets it there, so the engine can
+        raise after the kernel. "" where there is none (the host checks graph inputs)."""
+        return ""
+
     def op_Gather(self, op) -> list[str]:
-        """Negative indices wrap by `extent`; out-of-range ones are clamped here, where the
-        interpreter raises (a kernel cannot report an error per element cheaply)."""
+        """Negative indices wrap by `extent`; out-of-range ones are clamped here (a kernel cannot
+        raise) and reported through `gather_out_of_range`, where the interpreter raises."""
         if self.level(op.src) == REGISTER and self.distributed_registers:
             raise EmitError("Gather from registers needs dynamic register indexing")
         n = op.extent
@@ -707,9 +713,14 @@ class CStyle:
                 return []
             src = f"{self.names[op.src.buffer]}[{self.address(op.src, e.k)} + (int)ix * {op.stride}]"
             i64 = self.types["int64"]
-            return [f"{i64} ix = ({i64})({index});", f"ix = ix < 0 ? ix + {n} : ix;",
-                    f"ix = ix < 0 ? 0 : ix >= {n} ? {n - 1} : ix;",
-                    *guarded(self.mask(op.src, e.k) + dst[1], [f"{dst[0]} = {src};"])]
+            flag = self.gather_out_of_range()
+            wrap = [f"{i64} ix = ({i64})({index});", f"ix = ix < 0 ? ix + {n} : ix;"]
+            if not flag:
+                return [*wrap, f"ix = ix < 0 ? 0 : ix >= {n} ? {n - 1} : ix;",
+                        *guarded(self.mask(op.src, e.k) + dst[1], [f"{dst[0]} = {src};"])]
+            # flagged only where the element is stored: masked-off lanes may hold any index
+            return [*wrap, f"const bool oob = ix < 0 || ix >= {n};", f"ix = oob ? (ix < 0 ? 0 : {n - 1}) : ix;",
+                    *guarded(self.mask(op.src, e.k) + dst[1], [f"if (oob) {flag}", f"{dst[0]} = {src};"])]
         return self.for_elements(op, op.dst.size, body)
 
     def op_Reduce(self, op: Reduce) -> list[str]:

@@ -29,6 +29,10 @@ class InterpreterError(RuntimeError):
     """A GIR-Graph did something undefined: a race, an out-of-bounds access, a lost value."""
 
 
+class GatherRangeError(InterpreterError, IndexError):
+    """A Gather index outside [-extent, extent): the model's input is wrong, not GIR."""
+
+
 class RaceError(InterpreterError):
     pass
 
@@ -215,7 +219,7 @@ class Interpreter:
         index = np.where(index < 0, index + op.extent, index)
         if ((index < 0) | (index >= op.extent)).any():
             bad = int(index[(index < 0) | (index >= op.extent)][0])
-            raise InterpreterError(f"{self.g.name}: gOperator #{node} Gather index {bad} outside [-{op.extent}, {op.extent})")
+            raise GatherRangeError(f"{self.g.name}: gOperator #{node} Gather index {bad} outside [-{op.extent}, {op.extent})")
         shift = index[:, np.arange(op.dst.size) // op.group] * op.stride
         values, valid, defined = self._gather(node, op, 0, op.src, shift)
         return self._scatter(node, op, values, defined & valid)

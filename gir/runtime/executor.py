@@ -9,6 +9,9 @@ from gir.frontend.basic import BasicOp
 from gir.frontend.reference import execute_op
 from gir.fusion.plan import Kernel, Plan
 from gir.ir import run
+from gir.ir.interpreter import GatherRangeError
+
+from .indices import GatherIndexError, gather_origins
 
 
 class ExecutionError(RuntimeError):
@@ -34,7 +37,10 @@ def execute(plan: Plan, feeds: dict[str, np.ndarray], check_races: bool = False,
         if isinstance(step, BasicOp):
             env[step.outputs[0]] = execute_op(step, g.tensors, [value(t) for t in step.inputs])
         else:
-            _run_kernel(step, value, env, coverage, check_races)
+            try:
+                _run_kernel(step, value, env, coverage, check_races)
+            except GatherRangeError as err:  # bad input data, not a GIR bug: say which node
+                raise GatherIndexError(f"{g.model_name}: {gather_origins(plan, step.ops)}: {err}") from None
         if arena is not None:
             _into_arena(env, arena, memory.offsets, step.outputs if isinstance(step, BasicOp) else step.writes)
     for name, mask in coverage.items():

@@ -18,8 +18,10 @@ from gir.backends.cpu.compiler import build
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import split_kernels
 from gir.frontend.basic import BasicOp
+from gir.ir import Gather
 from gir.ir.dtypes import np_dtype
 
+from .indices import GatherIndexError, gather_origins
 from .library import run_library_op
 from .memory import MemoryPlan
 
@@ -67,6 +69,8 @@ class NativeCpuEngine:
         self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
                           for n, t in g.tensors.items() if t.value is not None}
         self.calls = []
+        self.oob = ctypes.c_int.in_dll(lib, "gir_gather_oob")  # set by a kernel that clamped an index
+        self.gathers = {}  # kernel call -> the gather nodes it runs, for the error
         for launch in launches:
             if isinstance(launch, BasicOp):
                 self.calls.append(launch)
@@ -74,6 +78,8 @@ class NativeCpuEngine:
             i, k = launch
             fn = getattr(lib, k.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
+            if any(isinstance(op, Gather) for _, op in k.ops):
+                self.gathers[len(self.calls)] = gather_origins(plan, plan.steps[i].ops)
             self.calls.append((fn, [self._address(*locate(plan, memory, i, b)) for b in k.params]))
         self.fresh = output_roots(plan)
         self._lock = threading.Lock()  # one arena: runs of one session take turns
@@ -100,13 +106,17 @@ class NativeCpuEngine:
             per_run[root] = np.empty(g.tensors[root].size, np_dtype(g.tensors[root].dtype))
         pointers = {n: a.ctypes.data for n, a in per_run.items()}
         with self._lock:
-            for call in self.calls:
+            for c, call in enumerate(self.calls):
                 if isinstance(call, BasicOp):
                     args = [self._flat(t, per_run).reshape(g.tensors[t].shape) for t in call.inputs]
                     self._flat(call.outputs[0], per_run)[...] = run_library_op(call, g.tensors, args).reshape(-1)
                 else:
                     fn, slots = call
                     fn(*[pointers[s] if isinstance(s, str) else s for s in slots])
+                    if c in self.gathers and self.oob.value:
+                        self.oob.value = 0
+                        raise GatherIndexError(f"{g.model_name}: {self.gathers[c]}: an index is outside [-n, n) "
+                                               f"of the axis it selects from")
         outputs, handed = {}, set()
         for name in g.outputs:
             root = self.plan.aliases.get(name, name)

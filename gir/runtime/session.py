@@ -12,6 +12,7 @@ from gir.ir import get_target
 from gir.ir.dtypes import np_dtype
 
 from .executor import execute
+from .indices import check_input_indices, input_gathers
 from .memory import MemoryPlan, plan_memory
 
 ENGINES = ("native", "interpreter")
@@ -79,6 +80,7 @@ class Session:
         self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
         self.memory = plan_memory(self.plan)
         self.engine = make_engine(self.plan, self.memory)
+        self._gathers = input_gathers(self.plan)
 
     def _args(self, names) -> list[NodeArg]:
         t = self.graph.tensors
@@ -114,5 +116,6 @@ class Session:
             if value.dtype != np_dtype(t.dtype):
                 raise SessionError(f"{model}: input {n!r} has dtype {value.dtype}, expected {t.dtype}")
             checked[n] = value
+        check_input_indices(self._gathers, checked, model)
         outputs = self.engine.run(checked)
         return [outputs[n] for n in names]

@@ -42,6 +42,7 @@ static inline long long gir_ipow(long long a, long long e) {
   for (; e > 0; --e) r *= a;
   return r;
 }
+int gir_gather_oob = 0;  /* set when a Gather index was out of range; the engine reads and clears it */
 #endif
 """
 
@@ -54,6 +55,9 @@ class CpuEmitter(LoopedLanes, CStyle):
 
     def prelude(self) -> str:
         return CPU_PRELUDE
+
+    def gather_out_of_range(self) -> str:
+        return "__atomic_store_n(&gir_gather_oob, 1, __ATOMIC_RELAXED);"
 
     def launch_bounds(self, k: Kernel) -> str:
         return ""
