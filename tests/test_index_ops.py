@@ -269,3 +269,17 @@ def test_argmax_of_an_all_nan_row_is_an_index_in_range():
     model = _model([_node("ArgMin", ["x"], axis=1, keepdims=0, select_last_index=1)], {"x": x})
     got = gir.Session(model, target="cpu").run(None, {"x": x})[0]
     assert 0 <= got[0] < 4 and got[1] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_mod_and_div_of_min_by_minus_one_do_not_trap(dtype):
+    """x86 idiv raises SIGFPE on MIN / -1 and MIN % -1 (the whole process died); numpy wraps
+    the quotient and gives remainder 0. A zero divisor gives 0, as numpy does."""
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    a = np.array([lo, 7, -7, hi, 5, lo], dtype)
+    b = np.array([-1, -1, 2, -1, 0, 3], dtype)
+    for op, attrs, want in (("Mod", {"fmod": 1}, [0, 0, -1, 0, 0, np.fmod(lo, 3)]),
+                            ("Mod", {"fmod": 0}, [0, 0, 1, 0, 0, np.mod(lo, 3)]),
+                            ("Div", {}, [lo, -7, -3, -hi, 0, -(-lo // 3)])):
+        _check([_node(op, ["a", "b"], **attrs)], {"a": a, "b": b}, want=[np.array(want, dtype)],
+               compile_cuda=op == "Div")

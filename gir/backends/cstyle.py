@@ -622,6 +622,9 @@ class CStyle:
         one, zero = self.literal(1, dt), self.literal(0, dt)
         neg = f"-{a[0]}" if re.fullmatch(r"\w+", a[0]) else f"-({a[0]})"
         if not is_float and op in ("div", "mod"):  # numpy gives 0 where C would trap
+            if dt.startswith("int"):  # MIN / -1 and MIN % -1 trap too (x86 idiv): numpy wraps, gives 0
+                return (f"({a[1]} == -1 ? {neg} : {a[1]} != 0 ? {a[0]} / {a[1]} : {zero})" if op == "div" else
+                        f"({a[1]} != 0 && {a[1]} != -1 ? {a[0]} % {a[1]} : {zero})")
             return f"({a[1]} != 0 ? {a[0]} {'/' if op == 'div' else '%'} {a[1]} : {zero})"
         if op in INFIX:
             return f"{a[0]} {INFIX[op]} {a[1]}"

@@ -135,7 +135,10 @@ _NUMPY = {
 
 def _div(a, b):
     if a.dtype.kind in "iu" and b.dtype.kind in "iu":
-        return np.trunc(a / b).astype(np.result_type(a, b))  # C semantics, as ONNX Div on ints
+        # C semantics (as ONNX Div on ints): truncate toward zero, exactly (through float64 an
+        # int64 above 2^53 rounds); a zero divisor gives 0 and MIN / -1 wraps, as the emitters do
+        q = np.floor_divide(a, b)
+        return np.where((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)), q + 1, q).astype(np.result_type(a, b))
     return np.divide(a, b)
 
 
