@@ -117,6 +117,9 @@ def zero_size_cases():
         yield op, [helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], [3, 0], [3], [axes]
     yield "softmax", [helper.make_node("Softmax", ["x"], ["y"], axis=1)], [0, 5], [0, 5], []
     yield "transpose", [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [0, 3], [3, 0], []
+    empty = [numpy_helper.from_array(np.ones(0, np.float32), n) for n in ("scale", "bias")]
+    yield "instancenorm_no_channels", [helper.make_node("InstanceNormalization", ["x", "scale", "bias"], ["y"])], \
+        [2, 0, 4, 4], [2, 0, 4, 4], empty
 
 
 @pytest.mark.parametrize("case", list(zero_size_cases()), ids=lambda c: c[0])
