@@ -283,3 +283,12 @@ def test_integer_mod_and_div_of_min_by_minus_one_do_not_trap(dtype):
                             ("Div", {}, [lo, -7, -3, -hi, 0, -(-lo // 3)])):
         _check([_node(op, ["a", "b"], **attrs)], {"a": a, "b": b}, want=[np.array(want, dtype)],
                compile_cuda=op == "Div")
+
+
+def test_gathernd_component_out_of_range_is_not_another_row():
+    """(0, 5) into a (3, 4) table would be flat row 5 = element (1, 1); it must be reported as
+    out of range (the interpreter raises), not read."""
+    model = _model([_node("GatherND", ["x", "i"])], {"x": _floats(3, 4), "i": np.array([[0, 5]], np.int64)})
+    p = plan(load(model), get_target("cuda:sm_90"))
+    with pytest.raises(Exception, match="(?i)out of range|index"):
+        execute(p, {"x": _floats(3, 4), "i": np.array([[0, 5]], np.int64)})

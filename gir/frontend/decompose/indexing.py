@@ -66,7 +66,12 @@ def gather_nd(b: Builder, n: Node):
     offset[:, 0] = np.arange(batch_rows, dtype=np.int64) * math.prod(dims)
     offset = offset.reshape(tuple(ds[:nb]) + (1,) * (len(ishape) - 1 - nb) + (m,))
     i = Call("cast", (x0,), "int64") if b.dtype(idx) != "int64" else x0
-    expr = call("add", call("mul", call("where", call("lt", i, _i64(0)), call("add", i, x1), i), x2), x3)
+    wrapped = call("where", call("lt", i, _i64(0)), call("add", i, x1), i)
+    # a component out of its own range pushes the row past the table, where the gather reports
+    # it, instead of landing silently on another row
+    inside = call("and", call("ge", wrapped, _i64(0)), call("lt", wrapped, x1))
+    rows_total = math.prod(ds[:nb + m])
+    expr = call("add", call("where", inside, call("mul", wrapped, x2), _i64(rows_total)), x3)
     ins = [idx, b.constant(np.asarray(dims, np.int64), "int64", step="dims"),
            b.constant(row_strides, "int64", step="strides"), b.constant(offset, "int64", step="batch")]
     parts = b.elementwise(expr, ins, step="rowparts", dtype="int64", shape=ishape)
