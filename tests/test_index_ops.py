@@ -292,3 +292,16 @@ def test_gathernd_component_out_of_range_is_not_another_row():
     p = plan(load(model), get_target("cuda:sm_90"))
     with pytest.raises(Exception, match="(?i)out of range|index"):
         execute(p, {"x": _floats(3, 4), "i": np.array([[0, 5]], np.int64)})
+
+
+def test_cumsum_float16_adds_in_float32():
+    """onnxruntime rounds each fp16 step; GIR adds in fp32 and rounds once: both within an
+    ulp of the exact sums, GIR at most half of one."""
+    x = RNG.standard_normal((3, 70)).astype(np.float16)
+    model = _model([_node("CumSum", ["x", "a"])], {"x": x}, inits={"a": np.array(1, np.int64)})
+    exact = np.cumsum(x.astype(np.float64), axis=1)
+    got = gir.Session(model, target="cpu").run(None, {"x": x})[0]
+    assert got.dtype == np.float16
+    assert np.all(np.abs(got - exact) <= np.spacing(np.abs(exact).astype(np.float16)) / 2 + 1e-7)
+    env = execute(plan(load(model), get_target("cuda:sm_90")), {"x": x})
+    np.testing.assert_array_equal(env["y"], got)

@@ -138,7 +138,14 @@ def cumsum(b: Builder, n: Node):
     if ax.size != 1:
         raise b.error(f"axis must be a scalar, got {ax.tolist()}")
     axis = normalize_axis(int(ax.reshape(-1)[0]), len(shape), n)
-    scan(b, x, axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)), out=n.outputs[0])
+    exclusive, reverse = bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0))
+    if b.dtype(x) != "float16":
+        scan(b, x, axis, exclusive, reverse, out=n.outputs[0])
+        return
+    # fp16: the partial sums of the blocked scan are added in fp32 and rounded once at the end
+    wide = b.elementwise(Call("cast", (x0,), "float32"), [x], step="fp32", dtype="float32")
+    total = scan(b, wide, axis, exclusive, reverse)
+    b.elementwise(Call("cast", (x0,), "float16"), [total], step="fp16", out=n.outputs[0], dtype="float16")
 
 
 def scan(b: Builder, x: str, axis: int, exclusive: bool, reverse: bool, *, out: str | None = None) -> str:
