@@ -135,3 +135,8 @@ def test_session_run_with_a_list_names_the_model(tmp_path):
         session.run(None, [np.zeros((2, 3), np.float32)])
     with pytest.raises(SessionError, match="output_names must be a list"):
         session.run("y", {"x": np.zeros((2, 3), np.float32)})
+
+
+def test_session_limit_must_be_positive(tmp_path):
+    with pytest.raises(SessionError, match="m: limit .* must be a whole number >= 1, not 0"):
+        Session(relu_model(tmp_path / "m.onnx"), target="cpu", limit=0)

@@ -75,6 +75,9 @@ class Session:
         self.graph = model if isinstance(model, BasicGraph) else load(model)
         if engine not in ENGINES:
             raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
+        if not isinstance(limit, int) or limit < 1:
+            raise SessionError(f"{self.graph.model_name}: limit (parallel structures searched per fused group) "
+                               f"must be a whole number >= 1, not {limit!r}")
         self.target = get_target(target)
         make_engine = _engine_factory(engine, self.target, self.graph.model_name)
         self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
