@@ -75,7 +75,7 @@ class Session:
         self.graph = model if isinstance(model, BasicGraph) else load(model)
         if engine not in ENGINES:
             raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
-        if not isinstance(limit, int) or limit < 1:
+        if not isinstance(limit, (int, np.integer)) or limit < 1:
             raise SessionError(f"{self.graph.model_name}: limit (parallel structures searched per fused group) "
                                f"must be a whole number >= 1, not {limit!r}")
         self.target = get_target(target)
