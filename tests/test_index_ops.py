@@ -337,3 +337,12 @@ def test_emitted_cuda_runs_right_on_the_cpu_harness(monkeypatch):
     for g, w in zip(got, want):
         _same(g, w)
     assert launcher.launches > 0
+
+
+def test_dropout_before_opset_7_needs_is_test():
+    x = _floats(2, 3)
+    model = _model([_node("Dropout", ["x"])], {"x": x}, opset=6)
+    with pytest.raises(UnsupportedOpError, match="is_test=0"):
+        load(model)
+    model = _model([_node("Dropout", ["x"], is_test=1)], {"x": x}, opset=6)
+    np.testing.assert_array_equal(gir.Session(model, target="cpu").run(None, {"x": x})[0], x)
