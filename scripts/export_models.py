@@ -103,7 +103,8 @@ def bert() -> Spec:
 def gpt2() -> Spec:
     """One decode step: one new token per sequence, the keys and values of 7 earlier tokens."""
     from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=64, initializer_range=0.2)
+    cfg = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=64, initializer_range=0.2,
+                     bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(cfg).eval()
     g, batch, past, heads, head_dim = _generator(), 2, 7, 2, 16
 
@@ -259,10 +260,10 @@ def _graph_dims(model: onnx.ModelProto) -> dict[str, list]:
             for i in model.graph.input if i.name not in inits}
 
 
-def run(names, exporters) -> dict:
+def run(names, exporters, out: Path = OUT) -> dict:
     import onnxruntime as ort
-    OUT.mkdir(parents=True, exist_ok=True)
-    manifest_path = OUT / "manifest.json"
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     for name in names:
         for exporter in exporters:
@@ -271,12 +272,12 @@ def run(names, exporters) -> dict:
                 ref = spec.module(*spec.inputs.values())
             ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
             key = f"{name}_{exporter}"
-            path = OUT / f"{key}.onnx"
+            path = out / f"{key}.onnx"
             export(name, spec, exporter, path)
             model = onnx.load(str(path))
             feeds = {n: t.numpy() for n, t in spec.inputs.items()}
             expected = {n: t.numpy() for n, t in zip(spec.outputs, ref)}
-            np.savez_compressed(OUT / f"{key}.npz", **feeds, **expected)
+            np.savez_compressed(out / f"{key}.npz", **feeds, **expected)
             got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(spec.outputs, feeds)
             ort_err = max(_rel_err(a, expected[n]) for a, n in zip(got, spec.outputs))
             dims = _graph_dims(model)
@@ -301,8 +302,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     ap.add_argument("--exporter", nargs="+", choices=sorted(OPSETS), default=list(OPSETS))
+    ap.add_argument("--out", type=Path, default=OUT, help="folder (default: models/exported)")
     args = ap.parse_args(argv)
-    run(args.only, args.exporter)
+    run(args.only, args.exporter, args.out)
     return 0
 
 
