@@ -88,6 +88,18 @@ def test_gathernd_constant_indices_fold_to_a_constant_gather():
     assert len(gathers) == 1 and p.graph.tensors[gathers[0].inputs[1]].value is not None
 
 
+def test_gathernd_constant_regular_indices_are_a_strided_view():
+    """torch's dynamo export of BERT's mask expansion: GatherND with constant tuples that pick
+    x[:, None, None, :] (and a reversed, strided pick): a view or a layout, no gather."""
+    x = _floats(2, 8)
+    ii, jj = np.meshgrid(np.arange(2), np.arange(8), indexing="ij")
+    expand = np.stack([ii, jj], -1).reshape(2, 1, 1, 8, 2).astype(np.int64)
+    reverse = np.stack([ii[:, ::-2], jj[:, ::-2] - 8], -1).astype(np.int64)  # negative indices too
+    for idx in (expand, reverse):
+        p = _check([_node("GatherND", ["x", "i"])], {"x": x}, inits={"i": idx})
+        assert {op.kind for op in p.graph.ops} <= {"view", "layout"}  # the expand is only a reshape
+
+
 def test_gathernd_constant_index_out_of_range_is_a_clean_error():
     model = _model([_node("GatherND", ["x", "i"])], {"x": _floats(3, 4)}, inits={"i": np.array([[1, 4]], np.int64)})
     with pytest.raises(FrontendError, match="GatherND.*out of range"):

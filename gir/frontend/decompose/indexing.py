@@ -80,7 +80,28 @@ def gather_nd(b: Builder, n: Node):
     else:
         rows = b.reduce(parts, "sum", [len(ishape) - 1], False, step="rows")
     table = b.view(data, (math.prod(ds[:nb + m]),) + tuple(ds[nb + m:]), step="table")
+    known = b.value(rows)
+    strides = None if known is None or b.value(data) is not None else affine_strides(known)
+    if strides is not None:  # constant rows in a regular pattern (x[:, None, None, :]): a strided view
+        rest = tuple(ds[nb + m:])
+        row = math.prod(rest)
+        b.layout(table, int(known.reshape(-1)[0]) * row, known.shape + rest,
+                 tuple(st * row for st in strides) + contiguous_strides(rest), step="gather", out=n.outputs[0])
+        return
     b.emit("gather", [table, rows], {"axis": 0}, step="gather", out=n.outputs[0])
+
+
+def affine_strides(values: np.ndarray) -> tuple[int, ...] | None:
+    """Strides s with values[i] = values[0] + sum_d i_d * s_d for every index i, or None."""
+    if values.size == 0:
+        return None
+    v = values.astype(np.int64)
+    base = int(v.reshape(-1)[0])
+    strides = tuple(int(v[(0,) * d + (1,) + (0,) * (v.ndim - d - 1)]) - base if size > 1 else 0
+                    for d, size in enumerate(v.shape))
+    grid = base + sum(np.arange(size, dtype=np.int64).reshape((1,) * d + (size,) + (1,) * (v.ndim - d - 1)) * st
+                      for d, (size, st) in enumerate(zip(v.shape, strides)))
+    return strides if np.array_equal(np.broadcast_to(grid, v.shape), v) else None
 
 
 # ---- ArgMax / ArgMin ----------------------------------------------------------------------------
