@@ -159,6 +159,12 @@ def test_trilu_batched(upper, k):
     _check([_node("Trilu", ["x", "k"], upper=upper)], {"x": x}, inits={"k": np.array(k, np.int64)})
 
 
+@pytest.mark.parametrize("upper,k", [(1, -2), (0, 3)])
+def test_trilu_runtime_k(upper, k):
+    x = _floats(3, 4, 6)
+    _check([_node("Trilu", ["x", "k"], upper=upper)], {"x": x, "k": np.array(k, np.int64)})
+
+
 def test_trilu_default_k_on_int64():
     x = RNG.integers(-9, 10, size=(3, 6)).astype(np.int64)
     _check([_node("Trilu", ["x"], upper=0)], {"x": x}, compile_cuda=True)

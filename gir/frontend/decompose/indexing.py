@@ -216,23 +216,30 @@ def _square_scan(b: Builder, x: str, axis: int, exclusive: bool, reverse: bool, 
 
 # ---- Trilu ------------------------------------------------------------------------------------
 
-@register("Trilu", static=(1,))
+@register("Trilu")
 def trilu(b: Builder, n: Node):
     """Keep x[.., i, j] where j - i >= k (upper) or <= k (lower), else 0: a row iota and a
-    column iota shifted by k, compared elementwise (no mask of the whole matrix)."""
+    column iota compared elementwise (no mask of the whole matrix). A constant k shifts the
+    column iota; a run-time k is one more (scalar) input of the same elementwise."""
     x = n.inputs[0]
     shape = b.shape(x)
     rank = len(shape)
     if rank < 2:
         raise b.error(f"Trilu needs rank >= 2, got shape {list(shape)}")
-    kv = b.const_input(1, "k", np.zeros((), np.int64))
-    if kv.size != 1:
-        raise b.error(f"k must be a scalar, got {kv.tolist()}")
-    k = int(kv.reshape(-1)[0])
+    k_name = n.input(1)
+    if k_name is not None and b.tensor(k_name).size != 1:
+        raise b.error(f"k must be a scalar, got shape {list(b.shape(k_name))}")
+    kv = np.zeros((), np.int64) if k_name is None else b.value(k_name)
     rows = iota(b, shape[-2], rank - 2, rank, step="rows")
-    cols = iota(b, shape[-1], rank - 1, rank, start=-k, step="cols_minus_k")
+    ins = [x, rows]
+    if kv is not None:
+        ins.append(iota(b, shape[-1], rank - 1, rank, start=-int(kv.reshape(-1)[0]), step="cols_minus_k"))
+        shifted = x2
+    else:
+        ins += [iota(b, shape[-1], rank - 1, rank, step="cols"), b.view(k_name, (), step="k")]
+        shifted = call("sub", x2, x3)
     keep = "ge" if n.attr("upper", 1) else "le"
-    b.elementwise(call("where", call(keep, x2, x1), x0, b.c(0, x)), [x, rows, cols], step="trilu",
+    b.elementwise(call("where", call(keep, shifted, x1), x0, b.c(0, x)), ins, step="trilu",
                   out=n.outputs[0], dtype=b.dtype(x), shape=shape)
 
 
