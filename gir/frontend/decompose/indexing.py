@@ -32,7 +32,7 @@ def iota(b: Builder, length: int, axis: int, rank: int, *, start: int = 0, step:
     return b.constant(np.arange(start, start + length, dtype=np.int64).reshape(shape), dtype, step=step)
 
 
-def _i64(v: int, dtype: str = "int64") -> Const:
+def _int(v: int, dtype: str = "int64") -> Const:
     return Const(float(v), dtype)
 
 
@@ -42,7 +42,8 @@ def _i64(v: int, dtype: str = "int64") -> Const:
 def gather_nd(b: Builder, n: Node):
     """Each index tuple becomes one flat row number into data viewed as (rows, *rest): one
     elementwise (wrap negatives, scale by row strides, add the batch offset), a sum over the
-    tuple axis, then a gather. Constant indices fold to a constant row vector."""
+    tuple axis, then a gather. Constant indices fold to constant rows; rows in a regular
+    (affine) pattern are a strided view instead of a gather."""
     data, idx = n.inputs[0], n.inputs[1]
     ds, ishape = b.shape(data), b.shape(idx)
     nb = int(n.attr("batch_dims", 0))
@@ -66,12 +67,12 @@ def gather_nd(b: Builder, n: Node):
     offset[:, 0] = np.arange(batch_rows, dtype=np.int64) * math.prod(dims)
     offset = offset.reshape(tuple(ds[:nb]) + (1,) * (len(ishape) - 1 - nb) + (m,))
     i = Call("cast", (x0,), "int64") if b.dtype(idx) != "int64" else x0
-    wrapped = call("where", call("lt", i, _i64(0)), call("add", i, x1), i)
+    wrapped = call("where", call("lt", i, _int(0)), call("add", i, x1), i)
     # a component out of its own range pushes the row past the table, where the gather reports
     # it, instead of landing silently on another row
-    inside = call("and", call("ge", wrapped, _i64(0)), call("lt", wrapped, x1))
+    inside = call("and", call("ge", wrapped, _int(0)), call("lt", wrapped, x1))
     rows_total = math.prod(ds[:nb + m])
-    expr = call("add", call("where", inside, call("mul", wrapped, x2), _i64(rows_total)), x3)
+    expr = call("add", call("where", inside, call("mul", wrapped, x2), _int(rows_total)), x3)
     ins = [idx, b.constant(np.asarray(dims, np.int64), "int64", step="dims"),
            b.constant(row_strides, "int64", step="strides"), b.constant(offset, "int64", step="batch")]
     parts = b.elementwise(expr, ins, step="rowparts", dtype="int64", shape=ishape)
@@ -133,7 +134,7 @@ def arg_extreme(b: Builder, n: Node):
     if ranked != x:
         ins.append(b.constant(np.asarray(worst, dtype=np.dtype(b.dtype(x))), b.dtype(x), step="worst"))
     # the NaN map is repeated here, not stored: each elementwise can fuse into its reduce
-    cand = b.elementwise(call("where", hit, x2, _i64(-1 if last else size, pdt)), ins, step="where",
+    cand = b.elementwise(call("where", hit, x2, _int(-1 if last else size, pdt)), ins, step="where",
                          dtype=pdt, shape=shape)
     if pdt == "int64":
         b.reduce(cand, "max" if last else "min", [axis], keep, step="index", out=n.outputs[0])
