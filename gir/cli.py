@@ -253,6 +253,8 @@ def cmd_run(args) -> int:
     from gir.runtime import Session
     from gir.runtime.indices import GatherIndexError
     from gir.runtime.session import SessionError
+    if args.output is not None and not args.output.strip():
+        raise CliError("-o needs a file name, not an empty string")
     graph = _load(args.model)
     if args.output:
         _npz_names(graph)

@@ -61,6 +61,7 @@ def test_output_file_is_exactly_the_named_path_or_refused(capsys, tmp_path):
     assert np.load(tmp_path / "out.txt")["y"].shape == (2, 3)
     one_line_error(capsys, 1, "run", model, "--quiet", "-o", str(tmp_path / "no" / "such" / "y.npz"), match="cannot write")
     one_line_error(capsys, 1, "run", model, "--quiet", "-o", str(tmp_path), match="is a folder")
+    one_line_error(capsys, 1, "run", model, "--quiet", "-o", "", match="-o needs a file name")
 
 
 def test_output_name_with_nul_is_refused_for_npz(capsys, tmp_path):
