@@ -8,8 +8,6 @@ clamped an index (the CPU engine reads it after each kernel that gathers). The i
 checks every index itself."""
 from __future__ import annotations
 
-import numpy as np
-
 
 class GatherIndexError(ValueError):
     """An index outside [-n, n) of the axis it selects from; the message names model and node."""
