@@ -34,7 +34,7 @@ import numpy as np
 from gir.ir import BLOCK, DRAM, LANE, REGISTER, SHARED, UNIT
 from gir.ir.affine import Affine
 from gir.ir.dtypes import accumulator
-from gir.ir.expr import Call, Const, Input, evaluate
+from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
 
@@ -292,14 +292,11 @@ class CStyle:
 
     # -- register placement (GPU) ----------------------------------------------------------
     def _layouts(self, k: Kernel) -> dict[str, RegLayout]:
-        out = {}
-        for name, buf in k.buffers.items():
-            if buf.level != REGISTER:
-                continue
-            writers = [op for _, op in k.ops if not isinstance(op, Sync) and op.writes()[0].buffer == name]
-            first = next((op for op in writers if not op.uniform), None)
-            out[name] = self._layout_of(buf, first)
-        return out
+        first: dict[str, object] = {}  # register buffer -> its first writer that is not uniform
+        for _, op in k.ops:
+            if not isinstance(op, Sync) and not op.uniform:
+                first.setdefault(op.writes()[0].buffer, op)
+        return {name: self._layout_of(buf, first.get(name)) for name, buf in k.buffers.items() if buf.level == REGISTER}
 
     def _layout_of(self, buf, writer) -> RegLayout:
         a = np.arange(buf.size)
@@ -573,10 +570,9 @@ class CStyle:
     def render_expr(self, expr, inputs: list[tuple[str, str]], cdt: str, e: Elem):
         """SSA lines for an expression tree; returns (lines, result, its dtype)."""
         lines, memo = [], {}
-
-        def go(node):
+        for node in postorder(expr):  # operands first, no recursion (chains can be thousands deep)
             if node in memo:
-                return memo[node]
+                continue  # an equal sub-tree elsewhere: one SSA value
             if isinstance(node, Input):
                 x, dt = inputs[node.index]
                 out = (self.to_value(x, dt), "float32" if dt == "float16" else dt)
@@ -584,15 +580,13 @@ class CStyle:
                 dt = "bool" if node.dtype == "bool" else cdt
                 out = (self.literal(node.value, dt), dt)
             else:
-                args = [go(a) for a in node.args]
+                args = [memo[a] for a in node.args]
                 dt = self.node_dtype(node, [(a, np.dtype(d)) for a, (_, d) in zip(node.args, args)], cdt)
                 t = e.tmp()
                 lines.append(f"const {self.ctype(dt)} {t} = {self.render_call(node, args, dt)};")
                 out = (t, dt)
             memo[node] = out
-            return out
-
-        x, dt = go(expr)
+        x, dt = memo[expr]
         return lines, x, dt
 
     def render_call(self, node: Call, args: list[tuple[str, str]], dt: str) -> str:

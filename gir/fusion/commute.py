@@ -16,7 +16,7 @@ from math import inf
 import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor
-from gir.ir.expr import Call, Const, Input
+from gir.ir.expr import Const, Input, fold
 
 from .reorder import splice
 
@@ -100,13 +100,11 @@ def _renamed(tensors, op: BasicOp, source: str) -> BasicOp:
 
 def _non_decreasing(expr) -> bool:
     """Built from the one input by non-decreasing functions and max/min/add with a constant."""
-    if isinstance(expr, Input):
-        return True
-    if not isinstance(expr, Call):
+    def node(n, ok):
+        if n.op in NON_DECREASING and len(n.args) == 1:
+            return ok[0]
+        if n.op in WITH_A_CONSTANT and len(n.args) == 2:
+            consts = [a for a in n.args if isinstance(a, Const)]
+            return len(consts) == 1 and all(k for a, k in zip(n.args, ok) if not isinstance(a, Const))
         return False
-    if expr.op in NON_DECREASING and len(expr.args) == 1:
-        return _non_decreasing(expr.args[0])
-    if expr.op in WITH_A_CONSTANT and len(expr.args) == 2:
-        consts = [a for a in expr.args if isinstance(a, Const)]
-        return len(consts) == 1 and all(_non_decreasing(a) for a in expr.args if not isinstance(a, Const))
-    return False
+    return fold(expr, lambda n: isinstance(n, Input), node)  # no recursion: chains may be deep

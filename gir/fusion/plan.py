@@ -29,6 +29,7 @@ from .compose import compose, copy_candidates
 from .excess import CYCLE, NO_STRUCTURE, ORDER, SLOWER, Excess, attribute, bound_shares
 from .fold import provider
 from .group import aligned, common_structures
+from .chains import compose_elementwise_runs
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
 from .perf import Estimate, estimate
@@ -100,7 +101,8 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     start = time.perf_counter()
     part = partition(_fold_shape_only(graph), target)
     given_graph, given_subgraphs = part.graph, part.subgraphs
-    g, subgraphs = pooling_before_monotone_ops(part.graph, part.subgraphs)
+    g, subgraphs = compose_elementwise_runs(part.graph, part.subgraphs)
+    g, subgraphs = pooling_before_monotone_ops(g, subgraphs)
     g, subgraphs = recompute_cheap_producers(g, subgraphs, target)
     g, subgraphs = innermost_reductions(g, subgraphs)
     g, subgraphs = recompute_cheap_producers(g, subgraphs, target)  # windows reorder split into single views

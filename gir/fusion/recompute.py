@@ -27,7 +27,7 @@ import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor, contiguous_strides
 from gir.ir.dtypes import itemsize, np_dtype
-from gir.ir.expr import Call, Input, call, count_ops, evaluate, substitute
+from gir.ir.expr import Call, Input, call, count_ops, evaluate, postorder, substitute
 from gir.ir.target import Target
 from gir.templates.common import broadcast_strides
 
@@ -341,6 +341,4 @@ def _expands(shape, source_shape, strides) -> bool:
 
 
 def _cheap(expr) -> bool:
-    if isinstance(expr, Call):
-        return expr.op in CHEAP and all(_cheap(a) for a in expr.args)
-    return True
+    return all(n.op in CHEAP for n in postorder(expr) if isinstance(n, Call))

@@ -35,6 +35,7 @@ class GIRGraph:
     _tail: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _order: list | None = field(default=None, init=False, repr=False, compare=False)
     _ops: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _index: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- building -------------------------------------------------------------------------
     def buffer(self, name: str, level: str, size: int | tuple, dtype: str = "float32", role: str = "temp") -> Buffer:
@@ -64,7 +65,7 @@ class GIRGraph:
             self._link(node, *self._tail)
             if self._order is not None:
                 self._order.append(node)
-            self._ops = None
+            self._ops = self._index = None
         return node
 
     # -- program order and queries ------------------------------------------------------
@@ -92,6 +93,29 @@ class GIRGraph:
     def replace(self, node: int, op: GOp) -> None:
         self.graph.nodes[node]["op"] = op
         self._rebuild_edges()
+
+    def replace_all(self, ops: dict[int, GOp]) -> None:
+        """Several replacements, edges rebuilt once (one rebuild each would be quadratic)."""
+        for node, op in ops.items():
+            self.graph.nodes[node]["op"] = op
+        if ops:
+            self._rebuild_edges()
+
+    def accesses(self, buffer: str) -> tuple[list[int], list[int], list[int]]:
+        """(writers, readers, syncs) of a buffer in program order (Syncs are neither writer nor
+        reader), indexed once per version of the graph: the rewrite rules ask for every buffer."""
+        if self._index is None:
+            index: dict[str, tuple[list, list, list]] = {}
+            for n, op in self.ops():
+                if isinstance(op, Sync):
+                    index.setdefault(op.slice.buffer, ([], [], []))[2].append(n)
+                    continue
+                for k, slices in ((0, op.writes()), (1, op.reads())):
+                    for b in dict.fromkeys(s.buffer for s in slices):
+                        index.setdefault(b, ([], [], []))[k].append(n)
+            self._index = index
+        w, r, sy = self._index.get(buffer, ([], [], []))
+        return list(w), list(r), list(sy)
 
     def remove(self, node: int) -> None:
         self.graph.remove_node(node)
@@ -122,7 +146,7 @@ class GIRGraph:
         """Keeps the cached program order: the rewrite driver copies before every trial."""
         out = GIRGraph(self.name, self.prim, self.target, dict(self.buffers), self.graph.copy(), self._next_id)
         if self._order is not None:
-            out._order, out._ops = list(self._order), self._ops
+            out._order, out._ops, out._index = list(self._order), self._ops, self._index
         return out
 
     # -- edges ----------------------------------------------------------------------------
@@ -139,7 +163,7 @@ class GIRGraph:
         by_order = sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["order"])
         for node in by_order:
             self._link(node, last_writer, readers)
-        self._tail, self._order, self._ops = (last_writer, readers), None, None
+        self._tail, self._order, self._ops, self._index = (last_writer, readers), None, None, None
 
     def _link(self, node: int, last_writer: dict, readers: dict) -> None:
         """Edges into `node` from the nodes before it, given their state; updates the state."""

@@ -15,14 +15,18 @@ from __future__ import annotations
 import numpy as np
 
 from gir.ir import DRAM, LANE, REGISTER, SHARED, Elementwise, Move, Slice, Sync, required_scope
-from gir.ir.expr import Call, Input, substitute
+from gir.ir.expr import MAX_OPS, Call, Input, count_ops, substitute
 
 from .query import moves_from_sole_writers, position, readers, redirect, slices_of, sole_writer, syncs, whole, writers
 
 
 # -- read after write -------------------------------------------------------------------------
 def find_raw(g) -> list[int]:
-    return [n for n, _, w in moves_from_sole_writers(g) if isinstance(g.op(w), Move) and position(g, w) < position(g, n)]
+    """Loads of what one Move stored, except a DRAM value's on-chip copy: reading DRAM again
+    instead always adds DRAM bytes (the store's own load stays), which the driver refuses, so
+    trying it only costs a trial per copied piece (a Concat of 500 inputs: 500 per pass)."""
+    return [n for n, op, w in moves_from_sole_writers(g) if isinstance(g.op(w), Move) and position(g, w) < position(g, n)
+            and not (g.buffers[g.op(w).src.buffer].level == DRAM and g.buffers[op.src.buffer].level != DRAM)]
 
 
 def apply_raw(g, reader: int) -> str | None:
@@ -161,6 +165,8 @@ def apply_elementwise(g, node: int) -> str | None:
     if g.buffers[out].dtype != e1.compute_dtype:
         inner = Call("cast", (inner,), g.buffers[out].dtype)
     expr = substitute(e2.expr, {i: (inner if s.buffer == out else Input(remap[i])) for i, s in enumerate(e2.inputs)})
+    if count_ops(expr) > MAX_OPS:
+        return None  # kept apart: a compiler's time grows faster than a basic block's length
     g.replace(rs[0], Elementwise(expr=expr, inputs=tuple(inputs), out=e2.out, compute_dtype=e2.compute_dtype,
                                  vec=e2.vec, uniform=e2.uniform))
     g.remove(node)

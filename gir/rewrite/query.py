@@ -13,7 +13,7 @@ def slices_of(op: GOp) -> list[Slice]:
 
 
 def writers(g: GIRGraph, buffer: str) -> list[int]:
-    return [n for n, op in g.ops() if not isinstance(op, Sync) and any(s.buffer == buffer for s in op.writes())]
+    return g.accesses(buffer)[0]
 
 
 def sole_writer(g: GIRGraph, buffer: str) -> int | None:
@@ -31,11 +31,11 @@ def moves_from_sole_writers(g: GIRGraph):
 
 
 def readers(g: GIRGraph, buffer: str) -> list[int]:
-    return [n for n, op in g.ops() if not isinstance(op, Sync) and any(s.buffer == buffer for s in op.reads())]
+    return g.accesses(buffer)[1]
 
 
 def syncs(g: GIRGraph, buffer: str) -> list[int]:
-    return [n for n, op in g.ops() if isinstance(op, Sync) and op.slice.buffer == buffer]
+    return g.accesses(buffer)[2]
 
 
 def retarget(op: GOp, old: str, new: str, shift=None) -> GOp:

@@ -30,20 +30,24 @@ def _scales(expr) -> bool:
 
 
 def _non_decreasing(expr) -> bool:
-    if expr == Input(0):
-        return True
-    if isinstance(expr, Call):
+    """Walked as a loop (each step has one non-constant operand): chains may be thousands deep."""
+    while expr != Input(0):
+        if not isinstance(expr, Call):
+            return False
+        a = expr.args
         if expr.op in MONOTONE:
-            return _non_decreasing(expr.args[0])
-        if expr.op in ("add", "sub") and isinstance(expr.args[1], Const):
-            return _non_decreasing(expr.args[0])
-        if expr.op == "add" and isinstance(expr.args[0], Const):
-            return _non_decreasing(expr.args[1])
-        if expr.op in ("mul", "div") and isinstance(expr.args[1], Const) and expr.args[1].value > 0:
-            return _non_decreasing(expr.args[0])
-        if expr.op == "mul" and isinstance(expr.args[0], Const) and expr.args[0].value > 0:
-            return _non_decreasing(expr.args[1])
-    return False
+            expr = a[0]
+        elif expr.op in ("add", "sub") and isinstance(a[1], Const):
+            expr = a[0]
+        elif expr.op == "add" and isinstance(a[0], Const):
+            expr = a[1]
+        elif expr.op in ("mul", "div") and isinstance(a[1], Const) and a[1].value > 0:
+            expr = a[0]
+        elif expr.op == "mul" and isinstance(a[0], Const) and a[0].value > 0:
+            expr = a[1]
+        else:
+            return False
+    return True
 
 
 def find(g) -> list[int]:

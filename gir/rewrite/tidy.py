@@ -24,7 +24,7 @@ def _tidy_slice(s: Slice, prim) -> Slice:
 
 def tidy(g) -> int:
     """Rewrite every gOperator in place; returns how many slices lost their masks."""
-    dropped = 0
+    dropped, tidied = 0, {}
     for node, op in g.ops():
         mapping = {s: _tidy_slice(s, g.prim) for s in slices_of(op)}
         changed = {k: v for k, v in mapping.items() if k != v}
@@ -34,5 +34,6 @@ def tidy(g) -> int:
         new = op.with_slices(changed)
         if isinstance(new, Move) and new.fill is not None and not new.src.is_masked:
             new = Move(src=new.src, dst=new.dst, vec=new.vec, uniform=new.uniform)
-        g.replace(node, new)
+        tidied[node] = new
+    g.replace_all(tidied)
     return dropped

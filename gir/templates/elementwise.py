@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gir.frontend.basic import compute_dtype, contiguous_strides
 from gir.ir import Elementwise
+from gir.ir.expr import split
 
 from .common import broadcast_strides, unique_views
 from .pointwise import pointwise_candidates, register_result
@@ -21,9 +22,17 @@ def generate(op, tensors, target, rejected, views=None):
         views = [(t.name, 0, broadcast_strides(t.shape, shape)) for t in ins]
     operand_strides = [contiguous_strides(shape), *[v[2] for v in views]]
 
+    pieces = split(op.attrs["expr"], [t.dtype for t in ins], cdt)  # long chains: bounded loop bodies
+
     def compute(g, regs, box, vec):
+        values = list(regs)
+        for i, (expr, operands) in enumerate(pieces[:-1]):
+            values.append(register_result(g, box, cdt, name=f"%part{i}"))
+            g.add(Elementwise(expr=expr, inputs=tuple(values[j] for j in operands), out=values[-1],
+                              compute_dtype=cdt, vec=vec))
+        expr, operands = pieces[-1]
         result = register_result(g, box, out.dtype)
-        g.add(Elementwise(expr=op.attrs["expr"], inputs=tuple(regs), out=result, compute_dtype=cdt, vec=vec))
+        g.add(Elementwise(expr=expr, inputs=tuple(values[j] for j in operands), out=result, compute_dtype=cdt, vec=vec))
         return result
 
     cands = []
