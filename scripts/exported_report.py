@@ -2,7 +2,10 @@
 cuda:sm_90 (kernels, DRAM bytes against the compulsory bound) and the CPU target's max relative
 error against PyTorch; then every op type found across the exports with its status in GIR.
 
-    python scripts/exported_report.py [--out results/exported.md] [--only KEY ...]
+    python scripts/exported_report.py [--out results/exported.md] [--only KEY ...] [--compile]
+
+--compile also builds every kernel of every sm_90 plan with NVRTC (PTX and cubin), as
+`gir compile --target cuda:sm_90` does.
 
 Writes the markdown table and a .json beside it. Needs no PyTorch (the references are in the
 .npz files). Relative error: max |gir - torch| / max |torch|, the worst output.
@@ -34,8 +37,9 @@ def _one_line(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
 
 
-def measure(key: str, entry: dict) -> dict:
-    """Plan for cuda:sm_90 and run on the CPU target; a failure is recorded, not raised."""
+def measure(key: str, entry: dict, nvrtc: bool = False) -> dict:
+    """Plan for cuda:sm_90 (and build it with NVRTC) and run on the CPU target; a failure is
+    recorded, not raised."""
     row = {"key": key, "model": entry["model"], "exporter": entry["exporter"], "opset": entry["opset"],
            "nodes": entry["nodes"], "ops": [o.split("::")[1] for o in entry["ops"]], "kb": entry["bytes"] / 1024}
     try:
@@ -47,6 +51,14 @@ def measure(key: str, entry: dict) -> dict:
                    bound_bytes=sum(s.bound_bytes for s in result.subgraphs))
     except Exception as err:  # noqa: BLE001 - the table says what failed
         row["plan_error"] = _one_line(err)
+    if nvrtc and "plan_error" not in row:
+        from gir.build import build_steps
+        try:
+            start = time.perf_counter()
+            built = build_steps(result)
+            row.update(nvrtc_s=time.perf_counter() - start, nvrtc_kernels=sum(".cubin" in b.binaries for b in built))
+        except Exception as err:  # noqa: BLE001
+            row["nvrtc_error"] = _one_line(err)
     try:
         feeds, want = reference(entry)
         got = gir.Session(load_bound(entry), target="cpu").run(list(want), feeds)
@@ -88,10 +100,11 @@ def markdown(rows: list[dict], ops: list[dict], seconds: float) -> str:
         "once, each escaping output written once), memory-intensive part only. Error: the CPU target's "
         "max |gir - torch| / max |torch| over the outputs. At these tiny sizes every MatMul, Gemm and Conv "
         "falls below the ridge point and is planned as memory-intensive (0 library ops), so its products "
-        "count in the DRAM columns. Plan s: wall seconds of the sm_90 plan on a shared machine.", "",
+        "count in the DRAM columns. Plan s: wall seconds of the sm_90 plan on a shared machine. NVRTC "
+        "(`--compile`): kernels built to cubin for sm_90 and the wall seconds it took.", "",
         "| file | exporter | opset | KiB | nodes | op types | library ops | kernels | GIR MB | bound MB | GIR/bound "
-        "| max rel err | plan s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| max rel err | plan s | NVRTC |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         if "plan_error" in r:
@@ -101,13 +114,15 @@ def markdown(rows: list[dict], ops: list[dict], seconds: float) -> str:
                           f"{r['gir_bytes'] / max(r['bound_bytes'], 1):.2f}x", None]
         err = f"{r['max_rel_err']:.1e}" if "max_rel_err" in r else "error"
         plan_s = f"{r['plan_s']:.1f}" if "plan_s" in r else "-"
+        built = (f"{r['nvrtc_kernels']} cubins, {r['nvrtc_s']:.0f} s" if "nvrtc_s" in r
+                 else "error" if "nvrtc_error" in r else "not run")
         cells = [r["key"], r["exporter"], str(r["opset"]), f"{r['kb']:.0f}", str(r["nodes"]), str(len(r["ops"])),
-                 *plan_cells[:5], err, plan_s]
+                 *plan_cells[:5], err, plan_s, built]
         lines.append("| " + " | ".join(cells) + " |")
-    failures = [r for r in rows if "plan_error" in r or "cpu_error" in r]
+    failures = [r for r in rows if "plan_error" in r or "cpu_error" in r or "nvrtc_error" in r]
     if failures:
         lines += ["", "Failures:", ""]
-        lines += [f"- {r['key']}: " + "; ".join(r[k] for k in ("plan_error", "cpu_error") if k in r) for r in failures]
+        lines += [f"- {r['key']}: " + "; ".join(r[k] for k in ("plan_error", "cpu_error", "nvrtc_error") if k in r) for r in failures]
     lines += ["", "## Op types per file", ""]
     lines += [f"- {r['key']}: {', '.join(r['ops'])}" for r in rows]
     lines += ["", "## Ops found across the exports", "",
@@ -122,6 +137,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "results" / "exported.md"))
     ap.add_argument("--only", nargs="+", metavar="KEY", help="files by manifest key (e.g. bert_dynamo)")
+    ap.add_argument("--compile", action="store_true", help="also build every sm_90 kernel with NVRTC")
     args = ap.parse_args(argv)
     entries = manifest()
     keys = args.only or list(entries)
@@ -131,7 +147,7 @@ def main(argv=None) -> int:
         return 1
     start, rows = time.perf_counter(), []
     for key in keys:
-        rows.append(measure(key, entries[key]))
+        rows.append(measure(key, entries[key], args.compile))
         r = rows[-1]
         print(f"{key:<28} kernels {r.get('kernels', '-')!s:>4}  err {r.get('max_rel_err', float('nan')):.1e}  "
               f"{r.get('plan_error', '') or r.get('cpu_error', '')}", flush=True)

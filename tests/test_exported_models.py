@@ -1,6 +1,6 @@
 """Models as torch.onnx writes them (models/exported/, made by scripts/export_models.py), run
-without PyTorch: each file matches its PyTorch reference on the CPU target and plans for
-cuda:sm_90 with every kernel's CUDA source emitted; one model is compiled by NVRTC in full.
+without PyTorch: each file matches its PyTorch reference on the CPU target and compiles for
+cuda:sm_90 (every kernel through NVRTC, as `gir compile` does).
 Which cases wait for the slow tests: see CNNS below.
 
 Relative error: max |gir - torch| / max |torch| over each output (the measure the export script
@@ -28,9 +28,10 @@ BLOCKED: dict[str, str] = {}
 
 # What runs on every CI run and what waits for the slow tests (-m slow), to keep this file near
 # 1-2 minutes on 2 cores: every file runs on the CPU target except the TorchScript exports of
-# three CNNs, whose graphs are node for node those of their dynamo exports (ShuffleNet's is not:
-# its channel split becomes Shape/Gather/Slice chains); cuda:sm_90 planning runs for the dynamo
-# exports of the transformers (5-12 s each) and waits for the rest (a CNN takes 30-40 s to plan
+# three CNNs, which differ from their dynamo exports only in how global pooling and flatten are
+# spelled (GlobalAveragePool, Flatten for ReduceMean, Reshape; ShuffleNet's differs more: its
+# channel split becomes Shape/Gather/Slice chains); the cuda:sm_90 compile runs for the dynamo
+# exports of the transformers (5-13 s each) and waits for the rest (a CNN takes 30-45 s to plan
 # for sm_90 on these cores). scripts/exported_report.py plans and runs every file.
 CNNS = {"resnet50", "efficientnet_b0", "shufflenet_v2", "mobilenet_v3"}
 
@@ -86,27 +87,29 @@ def test_cpu_matches_pytorch(key):
 
 
 @pytest.mark.parametrize("key", _cases(_slow_sm90))
-def test_plans_for_sm90(key):
-    """`gir compile --target cuda:sm_90` up to the compiler call: plan, then every kernel's
-    CUDA source emitted and checked against the shared-memory limit."""
-    from gir.backends.cuda.emitter import STATIC_SHARED, CudaEmitter
-    from gir.backends.kernels import check_shared, emit_graph
+def test_compiles_for_sm90(key):
+    """`gir compile --target cuda:sm_90`: the plan, then every kernel built by NVRTC (PTX and
+    cubin); where NVRTC is missing, every kernel's CUDA source emitted and checked against the
+    shared-memory limit instead."""
+    from gir.backends.errors import ToolchainMissingError
+    from gir.build import build_steps
     target = get_target("cuda:sm_90")
     result = plan(load_bound(MANIFEST[key]), target, limit=2, cache=_store(target))
     assert result.kernels
     assert not [k.name for k in result.kernels if k.unlowerable]
+    try:
+        built = build_steps(result)
+    except ToolchainMissingError:
+        _emit_only(result, target)
+        return
+    assert len(built) == len(result.kernels)
+    assert all(b.binaries[".cubin"] and b.launches for b in built)
+
+
+def _emit_only(result, target) -> None:
+    from gir.backends.cuda.emitter import STATIC_SHARED, CudaEmitter
+    from gir.backends.kernels import check_shared, emit_graph
     for kernel in result.kernels:
         source, kernels = emit_graph(CudaEmitter(target), kernel.graph)
         check_shared(kernels, target, STATIC_SHARED)
         assert "__global__" in source
-
-
-def test_compiles_with_nvrtc():
-    """One exported model all the way through NVRTC (PTX and cubin for sm_90), as `gir compile`."""
-    pytest.importorskip("cuda.bindings.nvrtc")
-    from gir.build import build_steps
-    key = "llama_dynamo"
-    result = plan(load_bound(MANIFEST[key]), get_target("cuda:sm_90"), limit=2, cache=_store(get_target("cuda:sm_90")))
-    built = build_steps(result)
-    assert len(built) == len(result.kernels)
-    assert all(b.binaries[".cubin"] and b.launches for b in built)
