@@ -37,7 +37,7 @@ INCLUDE = {
     "Xor": r"xor.*",
     "GatherND": r"gathernd_.*", "ArgMax": r"argmax_.*", "ArgMin": r"argmin_.*", "CumSum": r"cumsum_.*",
     "Trilu": r"tril.*|triu.*", "Mod": r"mod_.*", "Range": r"range_.*", "Dropout": r"dropout_.*",
-    "Resize": r"resize_.*",
+    "Resize": r"resize_.*", "RMSNormalization": r"rms_normalization_.*", "Attention": r"attention_.*",
     # function-expanded composite ops: bodies made only of the ops above
     "(composites)": r"(elu|selu|softplus|softsign|thresholdedrelu|shrink_(hard|soft))(_example|_default)?_expanded.*"
                     r"|swish_expanded|mvn_expanded.*|group_normalization_.*_expanded|(space|depth)to(space|depth)_.*expanded"
@@ -62,6 +62,8 @@ EXCLUDED = {
         "the _expanded variants of the same cases run",
     r"^test_maxpool_with_argmax_":
         "MaxPool's Indices output is not supported (only Y)",
+    r"^test_attention_[a-z0-9_]*_bf16_":
+        "bfloat16 tensors: not a GIR dtype",
     r"^test_range_bfloat16_":
         "bfloat16 tensors: not a GIR dtype",
     r"^test_range_.*_expanded_cpu$":
@@ -70,6 +72,13 @@ EXCLUDED = {
         "align_corners with a scale whose output length is not scale * input length: onnx's reference (which made "
         "the expected outputs) divides by scale * length_original - 1, the specification and onnxruntime by the "
         "integer output length - 1; GIR follows the specification and matches onnxruntime (tests/test_set_b_ops.py)",
+    r"^test_attention_4d_(causal_fp16|gqa_with_past_and_present_fp16)_cpu$":
+        "fp16 Attention: GIR computes the scores and softmax in fp32 (as softmax_precision=1 asks); onnx's "
+        "reference (which made the expected outputs) computes them in fp16, and 1-2 outputs differ by one fp16 ulp, "
+        "over the case's rtol of 1e-3 (the _expanded variants, fp16 op by op, pass)",
+    r"^test_attention_[a-z0-9_]*(qk_matmul|window|nonpad|padded_kv|mode3)[a-z0-9_]*(?<!_expanded)_cpu$":
+        "Attention's qk_matmul_output output, sliding windows (opset 24+ left/right_window_size) and the "
+        "nonpad_kv_seqlen input are refused as unsupported (registry check); the _expanded variants run",
     r"^test_wrap_pad_":
         "Pad mode='wrap' is not supported (constant, reflect, edge)",
 }
