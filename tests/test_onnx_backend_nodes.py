@@ -38,6 +38,7 @@ INCLUDE = {
     "GatherND": r"gathernd_.*", "ArgMax": r"argmax_.*", "ArgMin": r"argmin_.*", "CumSum": r"cumsum_.*",
     "Trilu": r"tril.*|triu.*", "Mod": r"mod_.*", "Range": r"range_.*", "Dropout": r"dropout_.*",
     "Resize": r"resize_.*", "RMSNormalization": r"rms_normalization_.*", "Attention": r"attention_.*",
+    "ConvTranspose": r"convtranspose.*",
     # function-expanded composite ops: bodies made only of the ops above
     "(composites)": r"(elu|selu|softplus|softsign|thresholdedrelu|shrink_(hard|soft))(_example|_default)?_expanded.*"
                     r"|swish_expanded|mvn_expanded.*|group_normalization_.*_expanded|(space|depth)to(space|depth)_.*expanded"

@@ -2,10 +2,14 @@
 shapes: gir.Session on the CPU (emitted C, run natively) against onnxruntime, and the same model
 planned for cuda:sm_90 and run by the reference interpreter (test_index_ops._check)."""
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import helper
 
+import gir
 from gir.frontend import load
+from gir.fusion.plan import plan
+from gir.ir.target import get_target
 from gir.frontend.errors import UnsupportedOpError
 from test_index_ops import _check, _model, _node
 
@@ -65,3 +69,108 @@ def test_resize_unknown_mode_is_listed_as_unsupported():
                           opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
     with pytest.raises(UnsupportedOpError, match="coordinate_transformation_mode"):
         load(m)
+
+
+# ---- ConvTranspose ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 3], "pads": [1, 0, 0, 2], "output_padding": [1, 2]},
+    {"strides": [2, 2], "dilations": [2, 1], "group": 3},
+    {"strides": [3, 2], "auto_pad": "SAME_LOWER"},
+    {"strides": [2, 1], "output_shape": [12, 7]},
+    {"pads": [2, 1, 1, 1]},
+])
+def test_conv_transpose_2d_constant_kernel(attrs):
+    group = attrs.get("group", 1)
+    x, w, bias = _f32(2, 6, 5, 7), _f32(6, 2, 3, 2), _f32(2 * group)
+    _check([_node("ConvTranspose", ["x", "w", "b"], **attrs)], {"x": x}, inits={"w": w, "b": bias}, opset=17)
+
+
+def test_conv_transpose_is_a_library_conv_when_compute_bound():
+    """A 1024-term dot product per output: fp32 summation order alone moves results by ~1e-6."""
+    x, w = _f32(1, 64, 16, 16), _f32(64, 32, 4, 4)
+    model = _model([_node("ConvTranspose", ["x", "w"], strides=[2, 2], pads=[1, 1, 1, 1])], {"x": x},
+                   inits={"w": w}, opset=17)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = gir.Session(model, target="cpu").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    p = plan(load(model), get_target("cuda:sm_90"))
+    assert [s.kind for s in p.steps if getattr(s, "kind", None) == "conv"] == ["conv"]
+
+
+def test_conv_transpose_1d_runtime_kernel_and_3d():
+    x, w = _f32(1, 3, 9), _f32(3, 5, 4)
+    _check([_node("ConvTranspose", ["x", "w"], strides=[3], pads=[2, 1])], {"x": x, "w": w}, opset=17)
+    x3, w3 = _f32(1, 2, 3, 4, 3), _f32(2, 2, 2, 3, 2)
+    _check([_node("ConvTranspose", ["x", "w"], strides=[2, 1, 2], group=2)], {"x": x3, "w": w3}, opset=17)
+
+
+# ---- RMSNormalization ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("axis, dtype", [(-1, np.float32), (1, np.float32), (-1, np.float16)])
+def test_rms_normalization(axis, dtype):
+    x = _f32(3, 5, 7).astype(dtype)
+    scale = _f32(*x.shape[axis:]).astype(dtype)
+    node = _node("RMSNormalization", ["x", "scale"], axis=axis, epsilon=1e-3)
+    model = _model([node], {"x": x}, inits={"scale": scale}, opset=23)
+    xs = x.astype(np.float64)
+    axes = tuple(range(axis % 3, 3))
+    want = (xs / np.sqrt((xs ** 2).mean(axis=axes, keepdims=True) + 1e-3)).astype(dtype) * scale
+    got = gir.Session(model, target="cpu").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               rtol=2e-3 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)
+    if dtype == np.float32:  # onnxruntime and the cuda:sm_90 plan too
+        _check([node], {"x": x}, inits={"scale": scale}, opset=23)
+
+
+# ---- Attention (opset 23) -----------------------------------------------------------------------
+
+def _attention_reference(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("case", ["4d_gqa_causal", "3d_bool_mask", "4d_float_mask_scale_softcap", "past_present_gqa"])
+def test_attention_forms(case):
+    b, s, d = 2, 3, 5
+    attrs, extra, outputs = {}, {}, ["y"]
+    if case == "4d_gqa_causal":
+        q, k, v = _f32(b, 6, s, d), _f32(b, 2, 7, d), _f32(b, 2, 7, 3)
+        attrs["is_causal"] = 1
+        ins = ["q", "k", "v"]
+    elif case == "3d_bool_mask":
+        q, k, v = _f32(b, s, 4 * d), _f32(b, 6, 2 * d), _f32(b, 6, 2 * 3)
+        attrs.update(q_num_heads=4, kv_num_heads=2)
+        extra["mask"] = RNG.random((s, 6)) > 0.3
+        extra["mask"][1] = False  # one fully masked row: zeros
+        ins = ["q", "k", "v", "mask"]
+    elif case == "4d_float_mask_scale_softcap":
+        q, k, v = _f32(b, 3, s, d), _f32(b, 3, 4, d), _f32(b, 3, 4, d)
+        attrs.update(scale=0.3, softcap=2.0)
+        extra["mask"] = _f32(b, 1, s, 4)
+        ins = ["q", "k", "v", "mask"]
+    else:
+        q, k, v = _f32(1, 4, 2, d), _f32(1, 2, 2, d), _f32(1, 2, 2, d)
+        extra.update(past_k=_f32(1, 2, 5, d), past_v=_f32(1, 2, 5, d))
+        attrs["is_causal"] = 1
+        ins, outputs = ["q", "k", "v", "", "past_k", "past_v"], ["y", "present_k", "present_v"]
+    feeds = {"q": q, "k": k, "v": v, **extra}
+    model = _model([_node("Attention", ins, outputs, **attrs)], feeds, outputs, opset=23)
+    want = _attention_reference(model, feeds)
+    got = gir.Session(model, target="cpu").run(None, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    if case == "3d_bool_mask":
+        assert not np.isnan(got[0]).any() and np.all(got[0][:, 1] == 0)
+    p = plan(load(model), get_target("cuda:sm_90"))
+    from gir.runtime import execute
+    env = execute(p, feeds)
+    for name, w in zip(outputs, want):
+        np.testing.assert_allclose(env[name], w, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_qk_matmul_output_is_listed_as_unsupported():
+    q = _f32(1, 2, 3, 4)
+    model = _model([_node("Attention", ["q", "q", "q"], ["y", "", "", "qk"])], {"q": q}, ["y", "qk"], opset=23)
+    with pytest.raises(UnsupportedOpError, match="qk_matmul_output"):
+        load(model)
