@@ -20,6 +20,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
 from gir.frontend import BasicGraph, load, static_inputs
+from gir.frontend.external_data import refuse_unresolved
 
 Runner = Callable[[dict], dict]
 Compiler = Callable[[BasicGraph], Runner]
@@ -62,6 +63,8 @@ class GirBackend(Backend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> GirBackendRep:
+        # first: onnx.checker would look for unresolved external data relative to the working folder
+        refuse_unresolved(model, f"model '{model.graph.name or 'model'}'")
         super().prepare(model, device, **kwargs)
         return GirBackendRep(model, cls.compiler)
 

@@ -310,6 +310,7 @@ def cmd_compile(args) -> int:
     from gir.build import SOURCE_SUFFIX, toolchain_version
     from gir.cache import Store, cache_root, gir_version
     from gir.compile_outputs import compile_outputs
+    from gir.frontend import FrontendError
     from gir.model_digest import model_digest
     if not args.output.strip():
         raise CliError("-o needs a folder name, not an empty string")
@@ -319,7 +320,10 @@ def cmd_compile(args) -> int:
     with _backend_errors():
         store = Store("model", gir_version(), repr(target), args.limit, toolchain_version(target))
     start = time.perf_counter()
-    digest = model_digest(args.model)
+    try:  # external data is validated before anything is read to hash it
+        digest = model_digest(args.model)
+    except FrontendError as err:
+        raise CliError(str(err)) from None
     files = store.get(digest) if digest else None
     _verbose(args, f"model cache: {'hit' if files else 'miss'} ({time.perf_counter() - start:.2f} s to hash the model)")
     if files is None:

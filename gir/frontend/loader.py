@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from .basic import BasicGraph, Tensor
 from .decompose import REGISTRY, Builder, Names, Node
 from .decompose.context import ONNX_TO_GIR, gir_dtype, onnx_type_name
 from .errors import FrontendError, UnsupportedOpError, one_line
+from .external_data import load_model, refuse_unresolved
 from .limits import check_tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -69,24 +69,18 @@ def static_inputs(model: onnx.ModelProto) -> list[str]:
 # ---- reading and checking -------------------------------------------------------------------
 
 def _read(model):
+    """The model as a ModelProto with every tensor's data in it. From a path, external data is
+    read only after every location passed validation (gir/frontend/external_data.py); a
+    ModelProto still pointing at external data has no folder to read it from and is refused."""
     if isinstance(model, onnx.ModelProto):
         name = model.graph.name or "model"
+        refuse_unresolved(model, f"model '{name}'")
         return model, f"model '{name}'", name
     if isinstance(model, (bytes, bytearray)):
         raise FrontendError("load() takes a path or an onnx.ModelProto, not bytes")
     path = os.fspath(model)
     label = path
-    if not os.path.exists(path):
-        raise FrontendError(f"{label}: no such file")
-    if os.path.isdir(path):
-        raise FrontendError(f"{label}: is a directory, not an ONNX file")
-    try:
-        proto = onnx.load(path)
-    except DecodeError as e:
-        raise FrontendError(f"{label}: not a valid ONNX file: the protobuf does not parse "
-                            f"(truncated, or not an ONNX model): {one_line(e)}") from None
-    except Exception as e:  # noqa: BLE001 - external data missing, permissions, ...
-        raise FrontendError(f"{label}: cannot read ONNX file: {type(e).__name__}: {one_line(e)}") from None
+    proto = load_model(path)
     if not proto.ir_version or not proto.HasField("graph"):
         raise FrontendError(f"{label}: not an ONNX model (no IR version or no graph in the file)")
     return proto, label, Path(path).stem
