@@ -38,7 +38,7 @@ INCLUDE = {
     "GatherND": r"gathernd_.*", "ArgMax": r"argmax_.*", "ArgMin": r"argmin_.*", "CumSum": r"cumsum_.*",
     "Trilu": r"tril.*|triu.*", "Mod": r"mod_.*", "Range": r"range_.*", "Dropout": r"dropout_.*",
     "Resize": r"resize_.*", "RMSNormalization": r"rms_normalization_.*", "Attention": r"attention_.*",
-    "ConvTranspose": r"convtranspose.*",
+    "ConvTranspose": r"convtranspose.*", "Einsum": r"einsum_.*",
     # function-expanded composite ops: bodies made only of the ops above
     "(composites)": r"(elu|selu|softplus|softsign|thresholdedrelu|shrink_(hard|soft))(_example|_default)?_expanded.*"
                     r"|swish_expanded|mvn_expanded.*|group_normalization_.*_expanded|(space|depth)to(space|depth)_.*expanded"
@@ -63,7 +63,7 @@ EXCLUDED = {
         "the _expanded variants of the same cases run",
     r"^test_maxpool_with_argmax_":
         "MaxPool's Indices output is not supported (only Y)",
-    r"^test_attention_[a-z0-9_]*_bf16_":
+    r"^test_(attention_[a-z0-9_]*_bf16|einsum_[a-z_]*_bfloat16)_":
         "bfloat16 tensors: not a GIR dtype",
     r"^test_range_bfloat16_":
         "bfloat16 tensors: not a GIR dtype",

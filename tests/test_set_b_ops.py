@@ -174,3 +174,32 @@ def test_attention_qk_matmul_output_is_listed_as_unsupported():
     model = _model([_node("Attention", ["q", "q", "q"], ["y", "", "", "qk"])], {"q": q}, ["y", "qk"], opset=23)
     with pytest.raises(UnsupportedOpError, match="qk_matmul_output"):
         load(model)
+
+
+# ---- Einsum -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 7, 4)]),        # attention scores
+    ("bhqk,bhkd->bqhd", [(2, 3, 5, 7), (2, 3, 7, 4)]),        # attention values, heads-last output
+    ("ij,jk", [(3, 5), (5, 2)]),                               # implicit output
+    ("...ij,...jk->...ik", [(2, 3, 3, 4), (1, 3, 4, 5)]),      # broadcast ellipsis
+    ("i,j->ij", [(3,), (4,)]),                                 # outer product
+    ("bij,bij->bi", [(2, 3, 5), (2, 3, 5)]),                   # Hadamard + sum
+    ("abc,cd,de->ae", [(2, 3, 4), (4, 5), (5, 3)]),            # chain, b summed out early
+    ("ii->i", [(4, 4)]),                                       # diagonal
+    ("bii", [(2, 3, 3)]),                                      # batched trace (implicit)
+    ("nchw->nhwc", [(1, 3, 2, 5)]),                            # transpose
+])
+def test_einsum_forms(equation, shapes):
+    feeds = {f"x{i}": _f32(*s) for i, s in enumerate(shapes)}
+    node = helper.make_node("Einsum", list(feeds), ["y"], equation=equation)
+    got = _check([node], feeds, opset=12)
+    assert got is not None
+    np.testing.assert_allclose(gir.Session(_model([node], feeds, opset=12), target="cpu").run(None, feeds)[0],
+                               np.einsum(equation, *feeds.values()), rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_matmul_goes_to_the_library_as_one_matmul():
+    feeds = {"a": _f32(4, 64, 128), "b": _f32(4, 128, 96)}
+    model = _model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")], feeds, opset=12)
+    assert [op.kind for op in load(model).ops if op.kind != "view"] == ["matmul"]  # views move nothing
