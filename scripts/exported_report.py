@@ -101,7 +101,8 @@ def markdown(rows: list[dict], ops: list[dict], seconds: float) -> str:
         "max |gir - torch| / max |torch| over the outputs. At these tiny sizes every MatMul, Gemm and Conv "
         "falls below the ridge point and is planned as memory-intensive (0 library ops), so its products "
         "count in the DRAM columns. Plan s: wall seconds of the sm_90 plan on a shared machine. NVRTC "
-        "(`--compile`): kernels built to cubin for sm_90 and the wall seconds it took.", "",
+        "(`--compile`): kernels built to cubin for sm_90 and the wall seconds it took (binaries come from "
+        "the compile cache where an identical kernel was built before).", "",
         "| file | exporter | opset | KiB | nodes | op types | library ops | kernels | GIR MB | bound MB | GIR/bound "
         "| max rel err | plan s | NVRTC |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
