@@ -4,12 +4,15 @@ for cuda:sm_90 and cpu. For the smaller ones the cpu plan is also built and run 
 engine and compared with onnxruntime. Each case runs in a fresh process (a plan warms caches),
 with the time limit per case. Prints the table and writes results/plan_scale.md and .json.
 
-    PYTHONPATH=. python scripts/bench_plan_scale.py [--sizes 100 1000 10000] [--run-up-to 1000]
+    PYTHONPATH=. python scripts/bench_plan_scale.py [--sizes 100 1000 10000] [--run-up-to 10000]
 """
 import argparse
 import json
 import multiprocessing as mp
+import os
 import platform
+import shutil
+import tempfile
 import time
 from datetime import date
 from pathlib import Path
@@ -47,6 +50,7 @@ def _case(kind: str, n: int):
 
 
 def _measure(kind, n, target, run, queue):
+    os.environ["GIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="gir-plan-scale-")  # cold: no cached plan or C build
     from gir.frontend import load
     from gir.fusion.plan import plan
     from gir.ir import get_target
@@ -71,6 +75,7 @@ def _measure(kind, n, target, run, queue):
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         row["max_rel_err"] = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1)))
         row["matches"] = bool(np.allclose(got, want, rtol=1e-4, atol=1e-4))
+    shutil.rmtree(os.environ["GIR_CACHE_DIR"], ignore_errors=True)
     queue.put(row)
 
 
@@ -110,7 +115,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     ap.add_argument("--concat", type=int, default=500)
     ap.add_argument("--targets", nargs="+", default=["cuda:sm_90", "cpu"])
-    ap.add_argument("--run-up-to", type=int, default=1000, help="run on cpu and compare for chains up to this length")
+    ap.add_argument("--run-up-to", type=int, default=10000, help="run on cpu and compare for chains up to this length")
     ap.add_argument("--limit-s", type=float, default=600)
     ap.add_argument("--out", default="results/plan_scale")
     args = ap.parse_args()
@@ -129,7 +134,8 @@ def main():
             f"{mp.cpu_count()} cores (shared with other jobs): `PYTHONPATH=. python scripts/bench_plan_scale.py`. "
             "Chains: `x[64, 256]` through n Relu nodes, or n `Add(previous, x)` nodes; Concat: 500 inputs "
             "`[4, 64]` on axis 1. Each case in a fresh process. `plan s` is `gir.fusion.plan.plan` alone; the "
-            "session column is `gir.Session(model, target='cpu')` plus one run (plan, C build, run).\n\n")
+            "session column is `gir.Session(model, target='cpu')` plus one run (plan, C build with an empty compile "
+            "cache, run).\n\n")
     out.with_suffix(".md").write_text(note + text + "\n")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 
