@@ -183,7 +183,7 @@ MUTATIONS = {"byte_flip": _byte_flips, "truncate": _truncate, "semantic": _seman
 
 
 def malformed_case(seed: int, i: int, folder: str) -> tuple[str, str]:
-    rng = random.Random(seed * 1_000_003 + i)
+    rng = random.Random(seed * 1_000_003 + 500_009 + i)
     model, _ = random_model(rng)
     kind = rng.choice(sorted(MUTATIONS))
     mutate = MUTATIONS[kind]
@@ -240,8 +240,10 @@ def fuzz(args) -> dict:
     found, ops_seen = [], collections.Counter()
     me = os.path.abspath(__file__)
     mem = int(args.memory_gb * 2**30)
-    for i in range(args.valid + args.malformed):
-        valid = i < args.valid
+    order = [(valid, k) for k in range(max(args.valid, args.malformed))
+             for valid, n in ((True, args.valid), (False, args.malformed)) if k < n]  # interleaved
+    start = time.perf_counter()
+    for done, (valid, i) in enumerate(order, 1):
         with tempfile.TemporaryDirectory(prefix="gir-fuzz-") as folder:
             if valid:
                 model, ops = random_model(random.Random(args.seed * 1_000_003 + i))
@@ -267,17 +269,24 @@ def fuzz(args) -> dict:
                     _save(failures, name, folder, detail)
                     found.append(detail)
                     print(f"  {outcome}: {name} ({kind}): {last[:200]}", flush=True)
-        if args.progress and (i + 1) % args.progress == 0:
-            print(f"[{i + 1}/{args.valid + args.malformed}] {dict(counts['valid'])} {dict(counts['malformed'])}",
-                  flush=True)
+        if args.progress and done % args.progress == 0:
+            print(f"[{done}/{len(order)}] {dict(counts['valid'])} {dict(counts['malformed'])}", flush=True)
+            _write(args, table(args, dict(counts=counts, found=found, ops=ops_seen), time.perf_counter() - start,
+                               f"partial: {done} of {len(order)} cases so far"))
     return dict(counts=counts, found=found, ops=ops_seen)
 
 
-def table(args, result, seconds) -> str:
+def _write(args, text: str) -> None:
+    if args.summary:
+        Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.summary).write_text(text)
+
+
+def table(args, result, seconds, note: str = "complete") -> str:
     outcomes = ["ok", "refused-1", "refused-2", "refused-3", "ort-refused", *FAILING]
     lines = [f"# GIR fuzz run: seed {args.seed}, {args.valid} valid graphs, {args.malformed} malformed models",
              "", f"Command: `python3 scripts/fuzz.py --seed {args.seed} --valid {args.valid} --malformed "
-             f"{args.malformed} --timeout {args.timeout:g} --memory-gb {args.memory_gb:g}` ({seconds:.0f} s)", "",
+             f"{args.malformed} --timeout {args.timeout:g} --memory-gb {args.memory_gb:g}` ({seconds:.0f} s, {note})", "",
              "| runs | " + " | ".join(outcomes) + " |", "|---|" + "---|" * len(outcomes)]
     for group in ("valid", "malformed"):
         c = result["counts"][group]
@@ -312,9 +321,7 @@ def main(argv=None) -> int:
     result = fuzz(args)
     text = table(args, result, time.perf_counter() - start)
     print(text)
-    if args.summary:
-        Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.summary).write_text(text)
+    _write(args, text)
     return 1 if result["found"] else 0
 
 
