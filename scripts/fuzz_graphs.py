@@ -439,8 +439,7 @@ def _resize(b, x, s):
 def _attention(b, x, s):
     if len(s) != 4 or s[3] > 129 or s[2] > 129:
         return None
-    k = b.other(s) if False else b.weights(s)
-    return b.node("Attention", [x, k, b.weights(s)])[0]
+    return b.node("Attention", [x, b.weights(s), b.weights(s)])[0]
 
 
 def _dropout(b, x, s):
@@ -474,7 +473,7 @@ GENERATORS = {
     "Slice": _slice, "Split": _split, "Concat": _concat, "Pad": _pad, "Gather": _gather, "GatherND": _gather_nd,
     "Trilu": _trilu, "CumSum": _cumsum, "Clip": _clip, "PRelu": _prelu, "Cast": _cast, "CastLike": _castlike,
     "Where": _where, "IsNaN": _isnan, "Not": _not, "Mod": _mod, "Pow": _pow, "Shape": _shape("Shape"),
-    "Size": _shape("Size"), "ConstantOfShape": _constant_of_shape, "Constant": _constant, "Range": _range,
+    "Size": lambda b, x, s: b.node("Add", [x, b.to_float(b.node("Size", [x])[0])])[0], "ConstantOfShape": _constant_of_shape, "Constant": _constant, "Range": _range,
     "Resize": _resize, "Attention": _attention, "Dropout": _dropout,
 }
 
