@@ -77,9 +77,6 @@ EXCLUDED = {
         "fp16 Attention: GIR computes the scores and softmax in fp32 (as softmax_precision=1 asks); onnx's "
         "reference (which made the expected outputs) computes them in fp16, and 1-2 outputs differ by one fp16 ulp, "
         "over the case's rtol of 1e-3 (the _expanded variants, fp16 op by op, pass)",
-    r"^test_attention_[a-z0-9_]*(qk_matmul|window|nonpad|padded_kv|mode3)[a-z0-9_]*(?<!_expanded)_cpu$":
-        "Attention's qk_matmul_output output, sliding windows (opset 24+ left/right_window_size) and the "
-        "nonpad_kv_seqlen input are refused as unsupported (registry check); the _expanded variants run",
     r"^test_wrap_pad_":
         "Pad mode='wrap' is not supported (constant, reflect, edge)",
 }

@@ -203,3 +203,35 @@ def test_einsum_matmul_goes_to_the_library_as_one_matmul():
     feeds = {"a": _f32(4, 64, 128), "b": _f32(4, 128, 96)}
     model = _model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")], feeds, opset=12)
     assert [op.kind for op in load(model).ops if op.kind != "view"] == ["matmul"]  # views move nothing
+
+
+@pytest.mark.parametrize("mode", [0, 2, 3])
+def test_attention_qk_matmul_output_modes(mode):
+    q, k, v = _f32(2, 4, 3, 5), _f32(2, 2, 6, 5), _f32(2, 2, 6, 5)
+    feeds = {"q": q, "k": k, "v": v, "mask": RNG.random((3, 6)) > 0.4}
+    outputs = ["y", "qk"]
+    model = _model([_node("Attention", ["q", "k", "v", "mask"], ["y", "", "", "qk"], qk_matmul_output_mode=mode,
+                          is_causal=1)], feeds, outputs, opset=23)
+    want = _attention_reference(model, feeds)
+    got = gir.Session(model, target="cpu").run(None, feeds)
+    lowest = np.finfo(np.float32).min  # mode 2 masks: -inf here and in onnx's reference, lowest in onnxruntime
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.maximum(g, lowest), np.maximum(w, lowest), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [{"is_causal": 1}, {"left_window_size": 2}, {"left_window_size": 1, "right_window_size": 1}])
+def test_attention_nonpad_kv_seqlen_and_windows(attrs):
+    """nonpad_kv_seqlen (opset 24) is a run-time input: the position mask is computed from it per
+    batch; the sliding window attributes are opset 25."""
+    q, k, v = _f32(3, 2, 2, 4), _f32(3, 2, 7, 4), _f32(3, 2, 7, 4)
+    feeds = {"q": q, "k": k, "v": v, "nonpad": np.array([7, 4, 2], np.int64)}
+    window = "left_window_size" in attrs
+    model = _model([_node("Attention", ["q", "k", "v", "", "", "", "nonpad"], ["y"], **attrs)], feeds,
+                   opset=25 if window else 24)
+    if window:  # onnxruntime 1.31 does not know Attention-25's window attributes: onnx's reference
+        from onnx.reference import ReferenceEvaluator
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+    else:
+        want = _attention_reference(model, feeds)[0]
+    got = gir.Session(model, target="cpu").run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -49,12 +49,12 @@ def rms_norm(b: Builder, n: Node):
 # ---- Attention ----------------------------------------------------------------------------------
 
 def _attention_check(n: Node):
-    if n.input(6) is not None:
-        return "the nonpad_kv_seqlen input (opset 24 external KV cache) is not supported"
-    if n.output(3) is not None:
-        return "the qk_matmul_output output is not supported (only Y, present_key, present_value)"
-    if n.attr("left_window_size", -1) != -1 or n.attr("right_window_size", -1) != -1:
-        return "sliding-window attention (left/right_window_size) is not supported"
+    if n.input(6) is not None and n.input(4) is not None:
+        return "nonpad_kv_seqlen cannot be combined with past_key/past_value"
+    if n.output(3) is not None and n.attr("qk_matmul_output_mode", 0) not in (0, 1, 2, 3):
+        return f"qk_matmul_output_mode={n.attr('qk_matmul_output_mode')} is not defined"
+    if min(n.attr("left_window_size", -1), n.attr("right_window_size", -1)) < -1:
+        return "left_window_size and right_window_size must be -1 or non-negative"
     if (n.input(4) is None) != (n.input(5) is None):
         return "past_key and past_value must be given together"
     return None
@@ -122,6 +122,10 @@ def attention(b: Builder, n: Node):
     softcap = float(n.attr("softcap", 0.0) or 0.0)
     if softcap > 0:
         expr = call("mul", call("tanh", call("div", expr, Const(softcap, work))), Const(softcap, work))
+    mode, qk_out = int(n.attr("qk_matmul_output_mode", 0)), n.output(3)
+    if qk_out is not None and mode in (0, 1):  # scaled (and soft-capped) Q K^T, as onnx's reference has it
+        b.elementwise(Call("cast", (expr,), dt) if work != dt else expr, [qk], step="qk_output", dtype=dt,
+                      out=qk_out)
     ins = [qk]
     mask = n.input(3)
     if mask is not None:
@@ -132,12 +136,14 @@ def attention(b: Builder, n: Node):
             m = Input(len(ins))
             expr = call("add", expr, Call("cast", (m,), work) if b.dtype(mask) != work else m)
         ins.append(mask)
-    if int(n.attr("is_causal", 0)):
-        allowed = np.arange(length)[None, :] <= np.arange(s)[:, None] + past_len
+    allowed = _position_mask(b, n, bsz, s, length, past_len)
+    if allowed is not None:
         expr = Call("where", (Input(len(ins)), expr, Const(-math.inf, work)))
-        ins.append(b.constant(allowed, "bool", step="causal"))
+        ins.append(allowed)
     shape = (bsz, hq, s, length)
     scores = b.elementwise(expr, ins, step="scores", dtype=work, shape=shape)
+    if qk_out is not None and mode == 2:  # with the mask / causal bias
+        b.elementwise(Call("cast", (x0,), dt) if work != dt else x0, [scores], step="qk_output", dtype=dt, out=qk_out)
 
     m = b.reduce(scores, "max", (3,), True, step="max")
     e = b.elementwise(call("exp", call("sub", x0, call("max", x1, Const(_lowest(work), work)))), [scores, m],
@@ -147,6 +153,8 @@ def attention(b: Builder, n: Node):
     if work != dt:
         probs = Call("cast", (probs,), dt)
     p = b.elementwise(probs, [e, total], step="softmax", dtype=dt, shape=shape)
+    if qk_out is not None and mode == 3:  # the softmax
+        b.copy(p, qk_out, step="qk_output")
 
     pg = b.view(p, (bsz, hkv, g * s, length), step="p_groups") if g > 1 else p
     y = b.emit("matmul", [pg, v], {}, step="pv")
@@ -155,6 +163,50 @@ def attention(b: Builder, n: Node):
     else:  # (B, Hq, S, Dv) -> (B, S, Hq*Dv)
         b.layout(y, 0, (bsz, s, hq, dv), (hq * s * dv, dv, s * dv, 1), step="y", out=n.outputs[0],
                  out_shape=(bsz, s, hq * dv))
+
+
+def _position_mask(b: Builder, n: Node, bsz: int, s: int, length: int, past_len: int) -> str | None:
+    """Which keys each query may see, from is_causal, the sliding window and nonpad_kv_seqlen:
+    query i sits at position i + offset, offset = the past length, or per batch
+    nonpad_kv_seqlen[b] - S (the external cache of opset 24). A constant (S, L) mask unless
+    nonpad_kv_seqlen is a run-time input; then a (B, 1, S, L) bool tensor computed from it."""
+    causal = bool(int(n.attr("is_causal", 0)))
+    left, right = int(n.attr("left_window_size", -1)), int(n.attr("right_window_size", -1))
+    nonpad = n.input(6)
+    if not causal and left < 0 and right < 0 and nonpad is None:
+        return None
+    i, j = np.arange(s)[:, None], np.arange(length)[None, :]
+    rel = (j - i + s).astype(np.int64)  # key j is allowed causally iff rel <= offset + S
+    if nonpad is None:
+        pos = i + past_len
+        ok = np.ones((s, length), bool)
+        if causal:
+            ok &= j <= pos
+        if left >= 0:
+            ok &= pos - j <= left
+        if right >= 0:
+            ok &= j - pos <= right
+        return b.constant(ok, "bool", step="positions")
+    if b.shape(nonpad) != (bsz,):
+        raise b.error(f"nonpad_kv_seqlen has shape {list(b.shape(nonpad))}, expected [{bsz}]")
+    nb = b.view(nonpad, (bsz, 1, 1, 1), step="nonpad")
+    if b.dtype(nb) != "int64":
+        nb = b.elementwise(Call("cast", (x0,), "int64"), [nb], step="nonpad64", dtype="int64")
+    conds = [call("lt", Input(1), x0)]  # padding: key j < nonpad[b]
+    ins = [nb, b.constant(j.astype(np.int64), "int64", step="keys")]
+    if causal:  # j <= i + nonpad[b] - S
+        conds.append(call("le", Input(len(ins)), x0))
+        ins.append(b.constant(rel, "int64", step="causal_rel"))
+    if left >= 0:  # i + nonpad[b] - S - j <= left
+        conds.append(call("le", x0, Input(len(ins))))
+        ins.append(b.constant(rel + left, "int64", step="left_rel"))
+    if right >= 0:  # j - (i + nonpad[b] - S) <= right
+        conds.append(call("le", Input(len(ins)), x0))
+        ins.append(b.constant(rel - right, "int64", step="right_rel"))
+    expr = conds[0]
+    for c in conds[1:]:
+        expr = call("and", expr, c)
+    return b.elementwise(expr, ins, step="positions", dtype="bool", shape=(bsz, 1, s, length))
 
 
 def _padded_mask(b: Builder, mask: str, length: int) -> str:
