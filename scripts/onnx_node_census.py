@@ -42,6 +42,7 @@ from gir.frontend.decompose import REGISTRY
 from gir.frontend.errors import UnsupportedOpError
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "results" / "onnx_node_census"
 
 
 class CaseTimeout(Exception):
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--executor", choices=("reference", "pipeline"), default="reference")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per case")
     ap.add_argument("--only", default=None, help="regex over test names")
-    ap.add_argument("--out", default=str(ROOT / "results" / "onnx_node_census"))
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="path without suffix (.md and .json are written)")
     args = ap.parse_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -182,7 +183,8 @@ def write(rows, args, seconds) -> None:
         "# onnx backend node tests through gir.backend (every case, no inclusion list)",
         "",
         f"Command: `nice python scripts/onnx_node_census.py --executor {args.executor} --timeout {args.timeout}"
-        + (f" --only '{args.only}'" if args.only else "") + "`",
+        + (f" --only '{args.only}'" if args.only else "")
+        + (f" --out {args.out}" if Path(args.out).resolve() != DEFAULT_OUT else "") + "`",
         f"onnx {onnx.__version__}; executor: {args.executor}"
         + (" (gir.backend as shipped: CPU plan, emitted C, native run)" if args.executor == "pipeline"
            else " (GIR frontend + decompositions, BasicGraph run by the numpy reference executor)")

@@ -235,3 +235,13 @@ def test_attention_nonpad_kv_seqlen_and_windows(attrs):
         want = _attention_reference(model, feeds)[0]
     got = gir.Session(model, target="cpu").run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 1.5, 0.6]])
+def test_resize_opset10(mode, scales):
+    """Resize-10: scales is input 1, asymmetric coordinates; nearest floors when upsampling and
+    ceils when downsampling, as onnxruntime does."""
+    x = _f32(1, 2, 5, 7)
+    _check([_node("Resize", ["x", "scales"], mode=mode)], {"x": x}, inits={"scales": np.array(scales, np.float32)},
+           opset=10)

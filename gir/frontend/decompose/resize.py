@@ -71,6 +71,8 @@ def _coeffs(mode: str, ratio: float, scale: float, n: Node) -> np.ndarray:
         if ratio == 1:
             return np.array([0.0, 1.0])
         nm = n.attr("nearest_mode", "round_prefer_floor")
+        if n.opset < 11:  # Resize-10 has no nearest_mode: onnxruntime floors up-, ceils downsampling
+            nm = "ceil" if scale < 1 else "floor"
         up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": False, "ceil": True}[nm]
         return np.array([0.0, 1.0]) if up else np.array([1.0, 0.0])
     if mode == "linear":
