@@ -83,6 +83,8 @@ ABUSE = [
     ("missing", lambda d: "nothing.bin", "no such file"),
     ("folder_itself", lambda d: ".", "outside the model's folder"),
     ("subfolder", lambda d: (d / "sub").mkdir() or "sub", "not a regular file"),
+    ("nul_byte", lambda d: "w.bin\0../../etc/passwd", "NUL byte"),
+    ("symlink_loop", lambda d: os.symlink("loop.bin", d / "loop.bin") or "loop.bin", "cannot stat"),
 ]
 
 
