@@ -10,7 +10,7 @@ block's or unit's copy, and the rule does not apply.
 """
 from __future__ import annotations
 
-from gir.ir import DEVICE, DRAM, LANE, REGISTER, Slice, Sync, required_scope
+from gir.ir import BLOCK, DEVICE, DRAM, LANE, REGISTER, Gather, Slice, Sync, required_scope
 from gir.ir.affine import Affine
 from gir.ir.target import SCOPE_NAMES
 
@@ -29,6 +29,8 @@ def apply(g, name: str) -> str | None:
     scope = max(required_scope(g, w, r) for w in ws for r in rs)
     if scope >= DEVICE:
         return None
+    if g.target.lanes_per_unit > 1 and any(isinstance(g.op(r), Gather) and g.op(r).src.buffer == name for r in rs):
+        scope = max(scope, BLOCK)  # a data-dependent read cannot index registers spread over lanes: shared memory
     level = g.target.level_for_scope(scope)
     owner = g.prim.block_variables() | ({"w"} if level == REGISTER else set())
     nodes = ws + rs + syncs(g, name)
