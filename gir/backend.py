@@ -6,6 +6,7 @@ GIR compiles static shapes, so graph inputs that feed shape-like positions (Resh
 Slice's starts, ...) are bound as constants when the model is loaded: the backend interface
 feeds them as ordinary inputs, the only way an onnx node test can pass them. A model without
 such inputs is compiled in `prepare`; one with them, at each run (its values are known then).
+`prepare(model, input_shapes={...})` binds symbolic dims (as gir.Session's `input_shapes`).
 
 How a loaded BasicGraph runs is a `Compiler`: `fn(graph) -> (feeds -> outputs by name)`;
 `make_backend` binds another one (the tests' numpy reference and per-op template paths).
@@ -36,13 +37,13 @@ def session_compiler(target: str = "cpu", engine: str = "native", limit: int = 1
 
 
 class GirBackendRep(BackendRep):
-    def __init__(self, model: onnx.ModelProto, compiler: Compiler):
-        self.model, self.compiler = model, compiler
+    def __init__(self, model: onnx.ModelProto, compiler: Compiler, input_shapes: dict | None = None):
+        self.model, self.compiler, self.input_shapes = model, compiler, input_shapes
         inits = {t.name for t in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
         self.static = static_inputs(model)
-        self.graph = None if self.static else load(model)
+        self.graph = None if self.static else load(model, input_shapes=input_shapes)
         self.runner = None if self.static else compiler(self.graph)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
@@ -52,7 +53,8 @@ class GirBackendRep(BackendRep):
             feeds = dict(zip(self.input_names, [inputs] if isinstance(inputs, np.ndarray) else inputs))
         graph, runner = self.graph, self.runner
         if self.static:
-            graph = load(self.model, constants={n: feeds.pop(n) for n in self.static if n in feeds})
+            graph = load(self.model, input_shapes=self.input_shapes,
+                         constants={n: feeds.pop(n) for n in self.static if n in feeds})
             runner = self.compiler(graph)
         out = runner({name: feeds[name] for name in graph.inputs})
         return tuple(out[name] for name in self.output_names)
@@ -62,11 +64,12 @@ class GirBackend(Backend):
     compiler: Compiler = staticmethod(session_compiler())
 
     @classmethod
-    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> GirBackendRep:
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", input_shapes: dict | None = None,
+                **kwargs: Any) -> GirBackendRep:
         # first: onnx.checker would look for unresolved external data relative to the working folder
         refuse_unresolved(model, f"model '{model.graph.name or 'model'}'")
         super().prepare(model, device, **kwargs)
-        return GirBackendRep(model, cls.compiler)
+        return GirBackendRep(model, cls.compiler, input_shapes)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any):

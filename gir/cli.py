@@ -36,14 +36,36 @@ def _target(name: str):
         raise CliError(str(err.args[0])) from None
 
 
-def _load(path: str):
+def _load(path: str, shapes: dict | None = None):
     from gir.frontend import FrontendError, UnsupportedOpError, load
     try:
-        return load(path)
+        return load(path, input_shapes=shapes or None)
     except UnsupportedOpError as err:
         raise CliError(str(err).splitlines()[0] if "\n" in str(err) else str(err), EXIT_UNSUPPORTED) from None
     except FrontendError as err:
         raise CliError(str(err)) from None
+
+
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`--shape NAME=1x128`: an input's whole shape, or `--shape seq=128`: one symbolic dim's size."""
+    name, eq, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split("x")) if eq and name and dims else None
+    except ValueError:
+        shape = None
+    if shape is None or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=DIMS (an input: --shape input_ids=1x128; "
+                                         f"a symbolic dim: --shape seq=128)")
+    return name, shape
+
+
+def _shapes(args) -> dict:
+    shapes = {}
+    for name, shape in args.shape or ():
+        if name in shapes and shapes[name] != shape:
+            raise CliError(f"--shape {name} given twice with different sizes")
+        shapes[name] = shape
+    return shapes
 
 
 def _plan_store(args, target):
@@ -133,7 +155,7 @@ def explain_data(result, node: str | None = None) -> dict:
 
 
 def cmd_explain(args) -> int:
-    graph = _load(args.model)
+    graph = _load(args.model, _shapes(args))
     result = _plan(args, graph, _target(args.target))
     data = explain_data(result, args.node)
     if args.node and not data["subgraphs"]:
@@ -255,7 +277,7 @@ def cmd_run(args) -> int:
     from gir.runtime.session import SessionError
     if args.output is not None and not args.output.strip():
         raise CliError("-o needs a file name, not an empty string")
-    graph = _load(args.model)
+    graph = _load(args.model, _shapes(args))
     if args.output:
         _npz_names(graph)
         _check_writable(args.output)
@@ -324,11 +346,13 @@ def cmd_compile(args) -> int:
         digest = model_digest(args.model)
     except FrontendError as err:
         raise CliError(str(err)) from None
-    files = store.get(digest) if digest else None
+    shapes = _shapes(args)
+    key = (digest, tuple(sorted(shapes.items()))) if shapes else digest  # the bound shapes change the build
+    files = store.get(key) if digest else None
     _verbose(args, f"model cache: {'hit' if files else 'miss'} ({time.perf_counter() - start:.2f} s to hash the model)")
     if files is None:
         start = time.perf_counter()
-        graph = _load(args.model)
+        graph = _load(args.model, shapes)
         _verbose(args, f"loaded in {time.perf_counter() - start:.2f} s")
         result = _plan(args, graph, target)
         _verbose(args, f"planned in {result.search_seconds:.2f} s")
@@ -341,7 +365,7 @@ def cmd_compile(args) -> int:
             files = compile_outputs(graph, result, explain_data(result), args.jobs, built)
         _verbose(args, f"built and reported in {time.perf_counter() - start:.2f} s with {args.jobs} job(s)")
         if digest:
-            store[digest] = files
+            store[key] = files
     elif not args.quiet:
         print(f"{args.model}: compiled before with the same target, options and compilers: "
               f"outputs from the compile cache ({cache_root()})", file=sys.stderr)
@@ -424,6 +448,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--target", default=target, help="cuda:sm_90, cuda:sm_80, hip:gfx908, hip:gfx90a or cpu")
         p.add_argument("--limit", type=_at_least("--limit", 1, "structures"), default=4,
                        help="parallel structures searched per fused group (>= 1)")
+        p.add_argument("--shape", action="append", type=_shape, metavar="NAME=DIMS",
+                       help="bind symbolic dims: an input's shape (input_ids=1x128) or one dim by its "
+                            "dim_param (seq=128); repeatable")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--verbose", action="store_true",
                        help="also show phase times and cache hits; explain: GIR before/after rewriting and the rule log")

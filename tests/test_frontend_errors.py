@@ -117,22 +117,48 @@ def test_unsupported_attribute_reasons():
 def test_symbolic_dim():
     model = model_of([h.make_node("Relu", ["x"], ["y"])], [vi("x", shape=("batch", 3))], [vi("y", shape=("batch", 3))])
     msg = error_of(model)
-    assert "input 'x' has a symbolic dim 'batch' at axis 0" in msg and "input_shapes={'x': (1, 3)}" in msg
+    assert "1 unbound symbolic dim (input 'x' axis 0 dim_param 'batch')" in msg
+    assert "input_shapes={'x': (1, 3)}" in msg and "--shape x=1x3" in msg
+    assert "input_shapes={'batch': 1}" in msg and "--shape batch=1" in msg
     assert load(model, input_shapes={"x": (4, 3)}).tensors["y"].shape == (4, 3)
+    assert load(model, input_shapes={"batch": 5}).tensors["y"].shape == (5, 3)
+
+
+def test_every_unbound_dim_on_one_line():
+    """Each unbound dim is named (input, axis, dim_param), with both ways to bind them."""
+    nodes = [h.make_node("Add", ["a", "b"], ["y"])]
+    model = model_of(nodes, [vi("a", shape=("batch", "seq", 4)), vi("b", shape=("batch", "seq", 4))],
+                     [vi("y", shape=("batch", "seq", 4))])
+    msg = error_of(model)
+    assert "\n" not in msg and msg.startswith("model 'm': 4 unbound symbolic dims (")
+    for name in "ab":
+        assert f"input '{name}' axis 0 dim_param 'batch'" in msg and f"input '{name}' axis 1 dim_param 'seq'" in msg
+    assert "input_shapes={'a': (1, 1, 4), 'b': (1, 1, 4)}" in msg and "--shape a=1x1x4 --shape b=1x1x4" in msg
+    assert "input_shapes={'batch': 1, 'seq': 1}" in msg and "--shape batch=1 --shape seq=1" in msg
+    g = load(model, input_shapes={"batch": 2, "seq": (7,)})
+    assert g.tensors["y"].shape == (2, 7, 4) and g.tensors["a"].shape == (2, 7, 4)
+    # an input name and a dim name mixed: the input's own shape wins for that input
+    g = load(model, input_shapes={"a": (2, 7, 4), "batch": 2, "seq": 7})
+    assert g.tensors["b"].shape == (2, 7, 4)
+    msg = error_of(model, input_shapes={"batch": 2})
+    assert "2 unbound symbolic dims" in msg and "dim_param 'seq'" in msg and "batch" not in msg.split("(")[1]
 
 
 def test_unknown_dim_and_rank():
     m1 = model_of([h.make_node("Relu", ["x"], ["y"])], [vi("x", shape=(None, 3))], [vi("y", shape=(None, 3))])
     msg = error_of(m1)
-    assert "input 'x' has a unknown dim at axis 0 (shape ['?', 3])" in msg and "input_shapes=" in msg
+    assert "input 'x' axis 0 (no dim_param)" in msg and "input_shapes={'x': (1, 3)}" in msg
+    assert "by dim name" not in msg  # a dim with no name cannot be bound by name
     m2 = model_of([h.make_node("Relu", ["x"], ["y"])], [vi("x", shape=None)], [vi("y", shape=None)])
     assert "invalid ONNX model" in error_of(m2)  # onnx.checker demands a shape field on graph inputs
 
 
 def test_input_shapes_errors():
     model = model_of([h.make_node("Relu", ["x"], ["y"])], [vi("x", shape=("n", 3))], [vi("y", shape=("n", 3))])
-    assert "'z' is not a graph input" in error_of(model, input_shapes={"z": (1,)})
+    assert "'z' is neither a graph input nor a symbolic dim of one" in error_of(model, input_shapes={"z": (1,)})
     assert "has rank 3, the input has rank 2" in error_of(model, input_shapes={"x": (1, 2, 3)})
+    assert "'n' is a symbolic dim, it binds to one size" in error_of(model, input_shapes={"n": (1, 2)})
+    assert "binds to one size" in error_of(model, input_shapes={"n": -1})
 
 
 def test_bad_input_dtype():

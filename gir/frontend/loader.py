@@ -33,8 +33,10 @@ def load(model, input_shapes: dict[str, tuple] | None = None,
          constants: dict[str, np.ndarray] | None = None) -> BasicGraph:
     """Load an ONNX model (path or ModelProto) as a BasicGraph with static shapes.
 
-    input_shapes: {input name: shape} overrides applied before shape inference (fixes
-    symbolic dims). constants: {input name: value} binds graph inputs to constant values,
+    input_shapes: binds symbolic dims before shape inference, two ways that can be mixed:
+    {input name: shape} sets that input's whole shape, {dim_param: size} sets every input
+    dim carrying that symbol ({"batch": 1, "seq": 128}). A key naming a graph input is an
+    input (input names win over dim names). constants: {input name: value} binds graph inputs to constant values,
     as if they were initializers (what the onnx backend test does for shape-like inputs).
     """
     model, label, model_name = _read(model)
@@ -169,9 +171,19 @@ def _bind(model: onnx.ModelProto, label: str, input_shapes: dict, constants: dic
     g = m.graph
     inits = {t.name for t in g.initializer}
     inputs = {i.name: i for i in g.input if i.name not in inits}
+    symbols = _dim_params(inputs.values())
     for name in list(input_shapes) + list(constants):
-        if name not in inputs:
-            raise FrontendError(f"{label}: {name!r} is not a graph input (inputs: {', '.join(inputs) or 'none'})")
+        if name not in inputs and not (name in input_shapes and name in symbols):
+            raise FrontendError(f"{label}: {name!r} is neither a graph input nor a symbolic dim of one "
+                                f"(inputs: {', '.join(inputs) or 'none'}; symbolic dims: {', '.join(symbols) or 'none'})")
+    by_dim = {name: _dim_size(label, name, size) for name, size in input_shapes.items() if name not in inputs}
+    input_shapes = {name: shape for name, shape in input_shapes.items() if name in inputs}
+    for vi in inputs.values():
+        if vi.name in input_shapes or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in by_dim:
+                d.dim_value = by_dim[d.dim_param]  # clears dim_param (a oneof)
     for name, shape in input_shapes.items():
         tt = inputs[name].type.tensor_type
         shape = tuple(int(d) for d in shape)
@@ -189,12 +201,33 @@ def _bind(model: onnx.ModelProto, label: str, input_shapes: dict, constants: dic
             arr = arr.astype(helper.tensor_dtype_to_np_dtype(elem), copy=False)
         g.initializer.append(numpy_helper.from_array(arr, name))
         g.input.remove(vi)
-    if input_shapes:  # exported value_info may carry stale (symbolic or old) dims
+    if input_shapes or by_dim:  # exported value_info may carry stale (symbolic or old) dims
         del g.value_info[:]
         for o in g.output:  # keep the rank (onnx.checker wants a shape), forget the sizes
             for d in o.type.tensor_type.shape.dim:
                 d.Clear()
     return m
+
+
+def _dim_params(inputs) -> list[str]:
+    """The symbolic dim names (dim_param) the given graph inputs carry, in order of appearance."""
+    seen = {}
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        if vi.type.WhichOneof("value") == "tensor_type" and tt.HasField("shape"):
+            seen.update((d.dim_param, None) for d in tt.shape.dim
+                        if not d.HasField("dim_value") and d.dim_param)
+    return list(seen)
+
+
+def _dim_size(label: str, name: str, size) -> int:
+    """A symbolic dim binds to one size: an int, or a one-element shape (what `--shape seq=128` gives)."""
+    if isinstance(size, (list, tuple)) and len(size) == 1:
+        size = size[0]
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise FrontendError(f"{label}: input_shapes[{name!r}] = {size!r}: {name!r} is a symbolic dim, "
+                            f"it binds to one size (a whole number >= 0)")
+    return int(size)
 
 
 def _skeleton(model: onnx.ModelProto, limit: int = 4096) -> onnx.ModelProto:
@@ -225,6 +258,7 @@ def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
 
 def _check_inputs_static(model: onnx.ModelProto, label: str) -> None:
     inits = {t.name for t in model.graph.initializer}
+    unbound = []  # (input, axis, dim_param or None, dims) for every dim with no size
     for vi in model.graph.input:
         if vi.name in inits:
             continue
@@ -233,22 +267,41 @@ def _check_inputs_static(model: onnx.ModelProto, label: str) -> None:
                                 f"GIR takes tensors only")
         tt = vi.type.tensor_type
         gir_dtype(tt.elem_type, f"{label}: input {vi.name!r}")
-        hint = f"pass input_shapes={{{vi.name!r}: (...)}} to fix it"
         if not tt.HasField("shape"):
             raise FrontendError(f"{label}: input {vi.name!r} has no shape (unknown rank); GIR compiles "
-                                f"static shapes: {hint}")
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+                                f"static shapes: bind it with input_shapes={{{vi.name!r}: (...)}} in Python "
+                                f"or --shape {vi.name}=AxBx... on the command line")
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+        unbound += [(vi.name, axis, d, dims) for axis, d in enumerate(dims) if not isinstance(d, int)]
         for axis, d in enumerate(dims):
-            if not isinstance(d, int):
-                kind = f"symbolic dim {d!r}" if d != "?" else "unknown dim"
-                example = tuple(x if isinstance(x, int) else 1 for x in dims)
-                raise FrontendError(
-                    f"{label}: input {vi.name!r} has a {kind} at axis {axis} (shape {dims}); GIR compiles "
-                    f"static shapes: pass input_shapes={{{vi.name!r}: {example}}} (with your sizes) to fix it")
-            if d < 0:
+            if isinstance(d, int) and d < 0:
                 raise FrontendError(f"{label}: input {vi.name!r} has a negative dimension {d} at axis {axis} "
                                     f"(shape {dims})")
-        check_tensor(f"{label}: graph input", vi.name, dims)
+        if not any(not isinstance(d, int) for d in dims):
+            check_tensor(f"{label}: graph input", vi.name, dims)
+    if unbound:
+        raise FrontendError(_unbound_message(label, unbound))
+
+
+def _unbound_message(label: str, unbound: list) -> str:
+    """One line: each unbound dim (input, axis, dim_param) and how to bind them all, in Python
+    and on the command line (example sizes: 1 for each unbound dim)."""
+    each = ", ".join(f"input {name!r} axis {axis} " + (f"dim_param {sym!r}" if sym else "(no dim_param)")
+                     for name, axis, sym, _ in unbound)
+    shapes = {}
+    for name, _, _, dims in unbound:
+        shapes[name] = tuple(d if isinstance(d, int) else 1 for d in dims)
+    by_input = "{" + ", ".join(f"{n!r}: {s}" for n, s in shapes.items()) + "}"
+    flags = " ".join(f"--shape {n}={'x'.join(map(str, s))}" for n, s in shapes.items())
+    how = (f"gir.Session(model, input_shapes={by_input}) in Python, {flags} on the command line "
+           f"(your sizes in place of the 1s)")
+    symbols = list(dict.fromkeys(sym for _, _, sym, _ in unbound if sym))
+    if symbols and all(sym for _, _, sym, _ in unbound):
+        by_dim = "{" + ", ".join(f"{s!r}: 1" for s in symbols) + "}"
+        how += (f"; or by dim name: input_shapes={by_dim}, "
+                + " ".join(f"--shape {s}=1" for s in symbols))
+    n = len(unbound)
+    return f"{label}: {n} unbound symbolic dim{'s' if n > 1 else ''} ({each}); GIR compiles static shapes: bind with {how}"
 
 
 def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

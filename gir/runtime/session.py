@@ -68,11 +68,16 @@ class Session:
     the session is created. Engines: "native" (the target's own code: C + OpenMP on the CPU,
     CUDA or HIP on a GPU, NoDeviceError where there is none) or "interpreter" (the reference
     interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse.
-    `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one)."""
+    `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one).
+    `input_shapes`: binds symbolic dims, {input name: shape} and/or {dim_param: size}
+    (gir.frontend.load explains both)."""
 
     def __init__(self, model, target: str = "cpu", engine: str = "native", limit: int = 2, progress=None,
-                 plan_cache=None):
-        self.graph = model if isinstance(model, BasicGraph) else load(model)
+                 plan_cache=None, input_shapes: dict | None = None):
+        if isinstance(model, BasicGraph) and input_shapes:
+            raise SessionError(f"{model.model_name}: input_shapes binds dims when a model is loaded; this graph "
+                               f"is loaded already (pass input_shapes to gir.frontend.load instead)")
+        self.graph = model if isinstance(model, BasicGraph) else load(model, input_shapes=input_shapes)
         if engine not in ENGINES:
             raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
         if not isinstance(limit, (int, np.integer)) or limit < 1:
