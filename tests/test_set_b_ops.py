@@ -8,8 +8,10 @@ from onnx import helper
 
 import gir
 from gir.frontend import load
+from gir.build import build_steps
 from gir.fusion.plan import plan
 from gir.ir.target import get_target
+from gir.runtime import execute
 from gir.frontend.errors import UnsupportedOpError
 from test_index_ops import _check, _model, _node
 
@@ -83,7 +85,8 @@ def test_resize_unknown_mode_is_listed_as_unsupported():
 def test_conv_transpose_2d_constant_kernel(attrs):
     group = attrs.get("group", 1)
     x, w, bias = _f32(2, 6, 5, 7), _f32(6, 2, 3, 2), _f32(2 * group)
-    _check([_node("ConvTranspose", ["x", "w", "b"], **attrs)], {"x": x}, inits={"w": w, "b": bias}, opset=17)
+    _check([_node("ConvTranspose", ["x", "w", "b"], **attrs)], {"x": x}, inits={"w": w, "b": bias}, opset=17,
+           compile_cuda=True)
 
 
 def test_conv_transpose_is_a_library_conv_when_compute_bound():
@@ -163,16 +166,17 @@ def test_attention_forms(case):
     if case == "3d_bool_mask":
         assert not np.isnan(got[0]).any() and np.all(got[0][:, 1] == 0)
     p = plan(load(model), get_target("cuda:sm_90"))
-    from gir.runtime import execute
     env = execute(p, feeds)
     for name, w in zip(outputs, want):
         np.testing.assert_allclose(env[name], w, rtol=1e-5, atol=1e-6)
+    assert build_steps(p), "no kernel was built"  # NVRTC, as gir compile --target cuda:sm_90
 
 
-def test_attention_qk_matmul_output_is_listed_as_unsupported():
+def test_attention_undefined_qk_matmul_output_mode_is_listed_as_unsupported():
     q = _f32(1, 2, 3, 4)
-    model = _model([_node("Attention", ["q", "q", "q"], ["y", "", "", "qk"])], {"q": q}, ["y", "qk"], opset=23)
-    with pytest.raises(UnsupportedOpError, match="qk_matmul_output"):
+    model = _model([_node("Attention", ["q", "q", "q"], ["y", "", "", "qk"], qk_matmul_output_mode=7)], {"q": q},
+                   ["y", "qk"], opset=23)
+    with pytest.raises(UnsupportedOpError, match="qk_matmul_output_mode=7"):
         load(model)
 
 
@@ -193,8 +197,7 @@ def test_attention_qk_matmul_output_is_listed_as_unsupported():
 def test_einsum_forms(equation, shapes):
     feeds = {f"x{i}": _f32(*s) for i, s in enumerate(shapes)}
     node = helper.make_node("Einsum", list(feeds), ["y"], equation=equation)
-    got = _check([node], feeds, opset=12)
-    assert got is not None
+    _check([node], feeds, opset=12, compile_cuda=True)
     np.testing.assert_allclose(gir.Session(_model([node], feeds, opset=12), target="cpu").run(None, feeds)[0],
                                np.einsum(equation, *feeds.values()), rtol=1e-5, atol=1e-5)
 
