@@ -126,6 +126,9 @@ def _documented(name: str, exclusions: dict[str, str]) -> str | None:
 
 def _reason_class(detail: str) -> str:
     """A refusal message without its model/node prefix, for grouping."""
+    dtype = re.search(r"element type (\w+)", detail)
+    if dtype:
+        return f"a tensor of element type {dtype.group(1)}, not a GIR dtype"
     tail = detail.split(": ", 2)[-1]
     return re.sub(r"'[^']*'|\[[^\]]*\]|\([^)]*\)|\d+", "_", tail)[:120]
 
