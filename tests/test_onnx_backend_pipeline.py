@@ -12,10 +12,12 @@ PIPELINE_EXCLUDED = {
     r"^test_causal_conv_with_state_silu_fp16_expanded_cpu$":
         "the fp16 depthwise conv is memory-bound, so it is lowered into GIR, which accumulates in fp32 (by design); "
         "two of 64 outputs then differ from onnxruntime by one fp16 ulp, over the case's rtol of 1e-3",
-    r"^test_attention_4d_(fp16|gqa_with_past_and_present_fp16)_expanded_cpu$":
-        "fp16 attention spelled out op by op: the fused kernels keep the fp16 scores and softmax in fp32 registers "
-        "(by design), so 2 of 192 / 576 outputs differ from onnx's fp16-at-every-step reference by one fp16 ulp "
-        "(4.9e-4), over the case's rtol of 1e-3",
+    r"^test_attention_.*_expanded_cpu$":
+        "suite time only (86 cases, about 1 s each building C): Attention's function bodies are ops tested on "
+        "their own; they run here through the reference and template paths, and all of them through this "
+        "pipeline in `scripts/onnx_node_census.py --executor pipeline` (results/onnx_node_census_pipeline.md: "
+        "all pass except fp16 and gqa_with_past_and_present_fp16, where the fused kernels keep the fp16 scores "
+        "and softmax in fp32 registers, by design, and 2 outputs differ by one fp16 ulp, over rtol 1e-3)",
 }
 
 globals().update(node_tests(gir.backend, __name__, PIPELINE_EXCLUDED))
