@@ -37,7 +37,7 @@ INCLUDE = {
     "Xor": r"xor.*",
     "GatherND": r"gathernd_.*", "ArgMax": r"argmax_.*", "ArgMin": r"argmin_.*", "CumSum": r"cumsum_.*",
     "Trilu": r"tril.*|triu.*", "Mod": r"mod_.*", "Range": r"range_.*", "Dropout": r"dropout_.*",
-    "Resize": r"resize_.*", "RMSNormalization": r"rms_normalization_.*", "Attention": r"attention_.*",
+    "Resize": r"resize_.*", "Upsample": r"upsample_.*", "RMSNormalization": r"rms_normalization_.*", "Attention": r"attention_.*",
     "ConvTranspose": r"convtranspose.*", "Einsum": r"einsum_.*",
     # function-expanded composite ops: bodies made only of the ops above
     "(composites)": r"(elu|selu|softplus|softsign|thresholdedrelu|shrink_(hard|soft))(_example|_default)?_expanded.*"

@@ -248,3 +248,10 @@ def test_resize_opset10(mode, scales):
     x = _f32(1, 2, 5, 7)
     _check([_node("Resize", ["x", "scales"], mode=mode)], {"x": x}, inits={"scales": np.array(scales, np.float32)},
            opset=10)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_opset9(mode):
+    x = _f32(1, 2, 3, 5)
+    _check([_node("Upsample", ["x", "scales"], mode=mode)], {"x": x},
+           inits={"scales": np.array([1, 1, 2, 1.5], np.float32)}, opset=9)

@@ -1,4 +1,4 @@
-"""Resize (opset 10-19) as one separable pass per resized axis.
+"""Resize (opset 10-19) and the deprecated Upsample (7-9) as one separable pass per resized axis.
 
 Every Resize mode is linear in the data along each axis: output position o reads a few input
 positions idx[o, k] with constant weights w[o, k] (nearest: one tap of weight 1; linear: 2;
@@ -132,7 +132,9 @@ def axis_taps(n: Node, mode: str, in_d: int, out_d: int, scale: float, roi):
 def _targets(b: Builder, n: Node, shape) -> tuple[list[float], list[int], list[int], np.ndarray | None]:
     """(scale per axis, output size per axis, resized axes, roi [2*rank] or None)."""
     rank = len(shape)
-    if n.opset < 11:
+    if n.op_type == "Upsample" and n.input(1) is None:  # Upsample-7: scales is an attribute
+        scales, sizes, roi = np.asarray(n.attr("scales", []), np.float32), None, None
+    elif n.opset < 11:
         scales, sizes, roi = b.const_input(1, "scales"), None, None
     else:
         roi = b.const_input(1, "roi")
@@ -178,10 +180,25 @@ def _targets(b: Builder, n: Node, shape) -> tuple[list[float], list[int], list[i
     return scale, out, axes, roi
 
 
+def _upsample_check(n: Node):
+    mode = n.attr("mode", "nearest")
+    return None if mode in ("nearest", "linear", "bilinear") else f"mode={mode!r} is not supported"
+
+
+@register("Upsample", static=(1,), check=_upsample_check)
+def upsample(b: Builder, n: Node):
+    """Upsample (opset 7-9, deprecated): Resize-10's semantics (asymmetric coordinates)."""
+    mode = n.attr("mode", "nearest")
+    _resize(b, n, "linear" if mode == "bilinear" else mode)
+
+
 @register("Resize", static=(1, 2, 3), check=_check)
 def resize(b: Builder, n: Node):
+    _resize(b, n, n.attr("mode", "nearest"))
+
+
+def _resize(b: Builder, n: Node, mode: str):
     x, final = n.inputs[0], n.outputs[0]
-    mode = n.attr("mode", "nearest")
     shape = b.shape(x)
     dt = b.dtype(x)
     if mode != "nearest" and dt not in ("float32", "float16", "float64"):
