@@ -10,6 +10,7 @@ import numpy as np
 
 from ..basic import contiguous_strides
 from .context import Builder, Node, normalize_axes, normalize_axis
+from .indexing import affine_strides
 from .registry import register
 
 
@@ -215,23 +216,26 @@ def pad(b: Builder, n: Node):
 
 @register("Gather")
 def gather(b: Builder, n: Node):
+    """Constant indices are data movement: when they step regularly along each of their own
+    dims (an arithmetic progression, or the windows torch's nn.Unfold exports: row i, column j
+    -> i * stride + j * dilation) the gather is one strided view of the data, which the fusion
+    passes compose and fold like any other layout; otherwise an index gather."""
     x, idx = n.inputs[0], n.inputs[1]
     shape = b.shape(x)
     axis = normalize_axis(n.attr("axis", 0), len(shape), n)
     v = b.value(idx)
-    if v is not None and b.value(x) is None and v.ndim <= 1 and v.size > 0:
-        ids = np.where(v < 0, v + shape[axis], v).astype(np.int64).reshape(-1)
+    if v is not None and b.value(x) is None and v.size > 0:
+        ids = np.where(v < 0, v + shape[axis], v).astype(np.int64)
         if ids.min() < 0 or ids.max() >= shape[axis]:
-            raise b.error(f"indices {v.tolist()} out of range for axis of size {shape[axis]}")
-        step = int(ids[1] - ids[0]) if ids.size > 1 else 1
-        if np.array_equal(ids, ids[0] + step * np.arange(ids.size)):
-            # constant arithmetic progression: a strided view (a slice, or one index)
+            bad = v[(ids < 0) | (ids >= shape[axis])].reshape(-1)[0]
+            raise b.error(f"index {int(bad)} out of range for axis of size {shape[axis]}")
+        steps = affine_strides(ids)
+        if steps is not None:
             strides = contiguous_strides(shape)
-            vshape = list(shape[:axis]) + [ids.size] + list(shape[axis + 1:])
-            vstrides = list(strides[:axis]) + [strides[axis] * step] + list(strides[axis + 1:])
-            out_shape = list(shape[:axis]) + list(v.shape) + list(shape[axis + 1:])
-            b.layout(x, int(ids[0]) * strides[axis], vshape, vstrides, step="gather", out=n.outputs[0],
-                     out_shape=out_shape)
+            vshape = list(shape[:axis]) + list(ids.shape) + list(shape[axis + 1:])
+            vstrides = list(strides[:axis]) + [strides[axis] * st for st in steps] + list(strides[axis + 1:])
+            b.layout(x, int(ids.reshape(-1)[0]) * strides[axis], vshape, vstrides, step="gather",
+                     out=n.outputs[0])
             return
     b.emit("gather", [x, idx], {"axis": axis}, step="gather", out=n.outputs[0])
 
