@@ -32,6 +32,8 @@ def apply(g, name: str) -> str | None:
     if g.target.lanes_per_unit > 1 and any(isinstance(g.op(r), Gather) and g.op(r).src.buffer == name for r in rs):
         scope = max(scope, BLOCK)  # a data-dependent read cannot index registers spread over lanes: shared memory
     level = g.target.level_for_scope(scope)
+    if level == DRAM:  # no faster level carries this scope (block scope on cpu): nothing to lift, and
+        return None    # "lifting" DRAM into DRAM again would repeat forever (a Gather's source on cpu)
     owner = g.prim.block_variables() | ({"w"} if level == REGISTER else set())
     nodes = ws + rs + syncs(g, name)
     offsets = [g.prim.normalize(s.offset) for n in nodes for s in slices_of(g.op(n)) if s.buffer == name]
