@@ -1,7 +1,7 @@
 """RedNet as PyTorch writes it: the zoo's RedNet (models/rednet50.py: same stem, stages, 7x7
 involutions, group_channels 16, reduction 4) written in torch with mmcls's involution, whose
-unfold is nn.Unfold, exported by torch.onnx's TorchScript exporter (opset 17). That exporter
-writes the unfold as Pad + Gather with constant (windowed) indices + Transpose + Reshape, not
+unfold is nn.Unfold, exported by torch.onnx's TorchScript exporter (opset 17) and its dynamo
+exporter (opset 18). The TorchScript exporter writes the unfold as Pad + Gather with constant (windowed) indices + Transpose + Reshape, not
 the zoo's K*K Slice + Concat: the form issue 21 measured at 8x the DRAM bytes.
 
     python scripts/export_involution.py            # the tiny one, committed under models/exported/
@@ -94,11 +94,16 @@ def build(cfg: dict, seed: int = 0) -> RedNet:
     return model
 
 
-def export(cfg: dict, path: Path, reference: Path | None) -> None:
+def export(cfg: dict, path: Path, reference: Path | None, dynamo: bool = False) -> None:
+    """TorchScript exporter at opset 17 by default; `dynamo`: the dynamo exporter at opset 18."""
     model = build(cfg)
     x = torch.randn(cfg["batch"], 3, cfg["image"], cfg["image"], generator=torch.Generator().manual_seed(1))
-    torch.onnx.export(model, (x,), str(path), input_names=["input"], output_names=["logits"], opset_version=17,
-                      dynamo=False, do_constant_folding=True)
+    if dynamo:
+        torch.onnx.export(model, (x,), str(path), input_names=["input"], output_names=["logits"], opset_version=18,
+                          dynamo=True, external_data=False)
+    else:
+        torch.onnx.export(model, (x,), str(path), input_names=["input"], output_names=["logits"], opset_version=17,
+                          dynamo=False, do_constant_folding=True)
     if reference is not None:
         with torch.no_grad():
             y = model(x)
@@ -113,8 +118,10 @@ def main(argv=None) -> int:
         export(FULL, Path(args.full), None)
         print(f"wrote {args.full}")
         return 0
-    export(TINY, OUT / "rednet_involution_torchscript.onnx", OUT / "rednet_involution_torchscript.npz")
-    print(f"wrote {OUT / 'rednet_involution_torchscript.onnx'} and its .npz")
+    for name, dynamo in (("torchscript", False), ("dynamo", True)):
+        stem = OUT / f"rednet_involution_{name}"
+        export(TINY, stem.with_suffix(".onnx"), stem.with_suffix(".npz"), dynamo)
+        print(f"wrote {stem}.onnx and its .npz")
     return 0
 
 

@@ -12,7 +12,8 @@ from gir.frontend import load
 from gir.fusion.plan import plan
 from gir.ir import get_target
 
-EXPORTED = models.__path__[0] + "/exported/rednet_involution_torchscript"
+EXPORTED = models.__path__[0] + "/exported/rednet_involution_"
+FORMS = ("torchscript", "dynamo")
 
 
 def test_constant_window_gather_is_a_strided_view():
@@ -32,16 +33,18 @@ def test_constant_window_gather_is_a_strided_view():
         np.testing.assert_array_equal(got, np.take(data, ids, axis=1))
 
 
-def test_exported_involution_matches_torch():
-    ref = np.load(EXPORTED + ".npz")
-    (got,) = gir.Session(EXPORTED + ".onnx", target="cpu").run(None, {"input": ref["input"]})
+@pytest.mark.parametrize("form", FORMS)
+def test_exported_involution_matches_torch(form):
+    ref = np.load(EXPORTED + form + ".npz")
+    (got,) = gir.Session(EXPORTED + form + ".onnx", target="cpu").run(None, {"input": ref["input"]})
     err = np.abs(got - ref["logits"]).max() / np.abs(ref["logits"]).max()
     assert err < 1e-4, err
 
 
-def test_exported_involution_dram_within_1_2x_of_hand_built():
+@pytest.mark.parametrize("form", FORMS)
+def test_exported_involution_dram_within_1_2x_of_hand_built(form):
     target = get_target("cuda:sm_90")
-    exported = load(EXPORTED + ".onnx")
+    exported = load(EXPORTED + form + ".onnx")
     assert "gather" not in {op.kind for op in exported.ops}  # every window gather became a view
     got = sum(s.gir_bytes for s in plan(exported, target, limit=2).subgraphs)
     hand = sum(s.gir_bytes for s in plan(load(models.rednet50.build(tiny=True)), target, limit=2).subgraphs)
