@@ -4,7 +4,7 @@ unfold is nn.Unfold, exported by torch.onnx's TorchScript exporter (opset 17) an
 exporter (opset 18). The TorchScript exporter writes the unfold as Pad + Gather with constant (windowed) indices + Transpose + Reshape, not
 the zoo's K*K Slice + Concat: the form issue 21 measured at 8x the DRAM bytes.
 
-    python scripts/export_involution.py            # the tiny one, committed under models/exported/
+    python scripts/export_involution.py            # the tiny one, both exporters, committed under models/exported/involution/
     python scripts/export_involution.py --full OUT.onnx   # RedNet-50 at 224x224 (not committed: ~60 MB)
 
 Needs torch (scripts/requirements-export.txt), never needed by gir or its tests.
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from models.rednet50 import EXPANSION, FULL, GROUP_CHANNELS, REDUCTION, TINY  # noqa: E402
 
-OUT = ROOT / "models" / "exported"
+OUT = ROOT / "models" / "exported" / "involution"  # beside, not in, the manifest's files
 
 
 class Involution(nn.Module):
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         print(f"wrote {args.full}")
         return 0
     for name, dynamo in (("torchscript", False), ("dynamo", True)):
-        stem = OUT / f"rednet_involution_{name}"
+        stem = OUT / f"rednet_{name}"
         export(TINY, stem.with_suffix(".onnx"), stem.with_suffix(".npz"), dynamo)
         print(f"wrote {stem}.onnx and its .npz")
     return 0

@@ -1,5 +1,5 @@
 """Exporter forms plan as well as hand-built ones: RedNet as torch exports it (nn.Unfold ->
-Pad + Gather with constant window indices + Transpose, models/exported/rednet_involution_*)
+Pad + Gather with constant window indices + Transpose, models/exported/involution/)
 against the zoo's hand-built Slice + Concat form of the same network (models/rednet50.py tiny)."""
 import numpy as np
 import onnx
@@ -12,7 +12,7 @@ from gir.frontend import load
 from gir.fusion.plan import plan
 from gir.ir import get_target
 
-EXPORTED = models.__path__[0] + "/exported/rednet_involution_"
+EXPORTED = models.__path__[0] + "/exported/involution/rednet_"
 FORMS = ("torchscript", "dynamo")
 
 
