@@ -242,7 +242,7 @@ def fuzz(args) -> dict:
     mem = int(args.memory_gb * 2**30)
     order = [(valid, k) for k in range(max(args.valid, args.malformed))
              for valid, n in ((True, args.valid), (False, args.malformed)) if k < n]  # interleaved
-    start = time.perf_counter()
+    began = time.perf_counter()
     for done, (valid, i) in enumerate(order, 1):
         with tempfile.TemporaryDirectory(prefix="gir-fuzz-") as folder:
             if valid:
@@ -271,7 +271,7 @@ def fuzz(args) -> dict:
                     print(f"  {outcome}: {name} ({kind}): {last[:200]}", flush=True)
         if args.progress and done % args.progress == 0:
             print(f"[{done}/{len(order)}] {dict(counts['valid'])} {dict(counts['malformed'])}", flush=True)
-            _write(args, table(args, dict(counts=counts, found=found, ops=ops_seen), time.perf_counter() - start,
+            _write(args, table(args, dict(counts=counts, found=found, ops=ops_seen), time.perf_counter() - began,
                                f"partial: {done} of {len(order)} cases so far"))
     return dict(counts=counts, found=found, ops=ops_seen)
 
