@@ -334,6 +334,24 @@ case("Range-folded", [N("Range", ["a", "b", "c"], ["r"]), N("Add", ["x", "r"])],
      {"a": np.float32(0), "b": np.float32(5), "c": np.float32(1)})
 case("Dropout-mask", [N("Dropout", ["x"], ["y", "m"])], {"x": rnd(3, 2)}, outputs=("y", "m"))
 
+# ---- set-B ops (more in test_set_b_ops.py) -----------------------------------------------------
+case("Resize-linear-half-pixel", [N("Resize", ["x", "", "s"], mode="linear")], {"x": rnd(1, 2, 3, 5)},
+     {"s": np.array([1, 1, 2, 1.5], np.float32)}, opset=18)
+case("Resize-nearest-sizes", [N("Resize", ["x", "", "", "z"], mode="nearest")], {"x": rnd(1, 3, 4, 4)},
+     {"z": i64(1, 3, 7, 3)}, opset=18)
+case("Upsample-nearest", [N("Upsample", ["x", "s"], mode="nearest")], {"x": rnd(1, 2, 3, 3)},
+     {"s": np.array([1, 1, 2, 3], np.float32)}, opset=9)
+case("ConvTranspose-stride2", [N("ConvTranspose", ["x", "w"], strides=[2, 2], pads=[1, 0, 1, 1], output_padding=[1, 0])],
+     {"x": rnd(1, 3, 5, 4)}, {"w": rnd(3, 2, 3, 3)}, rtol=1e-4, atol=1e-5)
+case("ConvTranspose-groups", [N("ConvTranspose", ["x", "w"], group=2)], {"x": rnd(2, 4, 3, 3)}, {"w": rnd(4, 3, 2, 2)},
+     rtol=1e-4, atol=1e-5)
+case("Einsum-bmm", [N("Einsum", ["a", "b"], equation="bij,bjk->bik")], {"a": rnd(2, 3, 4), "b": rnd(2, 4, 5)}, opset=12)
+case("Einsum-implicit-trace", [N("Einsum", ["a"], equation="ii")], {"a": rnd(4, 4)}, opset=12)
+case("RMSNormalization-last", [N("RMSNormalization", ["x", "g"], epsilon=1e-5)], {"x": rnd(2, 3, 8)}, {"g": rnd(8)},
+     opset=23)
+case("Attention-causal-gqa", [N("Attention", ["q", "k", "v"], is_causal=1)],
+     {"q": rnd(1, 4, 3, 8), "k": rnd(1, 2, 5, 8), "v": rnd(1, 2, 5, 8)}, opset=23, rtol=1e-4, atol=1e-5)
+
 
 @pytest.mark.parametrize("nodes,feeds,inits,opset,kw", CASES)
 def test_op(nodes, feeds, inits, opset, kw):
