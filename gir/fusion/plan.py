@@ -387,19 +387,19 @@ def _renamed(kernel: Kernel, mapping: dict[str, str], op_names) -> Kernel:
 def _order(g: BasicGraph, library: list[BasicOp], kernels: list[Kernel], aliases) -> list:
     """Execution order: a topological order of library calls and kernels by the tensors they pass."""
     dag = nx.DiGraph()
-    writer = {}
+    writers = {}    # a tensor can have several writers: the kernels that write a concat's parts
     steps = list(library) + list(kernels)
     for i, step in enumerate(steps):
         dag.add_node(i)
         outs = step.outputs if isinstance(step, BasicOp) else step.writes
         for t in outs:
-            writer[aliases.get(t, t)] = i
+            writers.setdefault(aliases.get(t, t), []).append(i)
     for i, step in enumerate(steps):
         ins = step.inputs if isinstance(step, BasicOp) else step.reads
         for t in ins:
-            w = writer.get(aliases.get(t, t))
-            if w is not None and w != i:
-                dag.add_edge(w, i)
+            for w in writers.get(aliases.get(t, t), ()):
+                if w != i:
+                    dag.add_edge(w, i)
     position = {op.name: k for k, op in enumerate(g.ops)}
 
     def first_op(i):

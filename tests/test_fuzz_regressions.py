@@ -1,0 +1,41 @@
+"""Wrong answers the fuzzer (scripts/fuzz.py) found, each as the smallest model that showed it,
+compared with onnxruntime on both CPU engines."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gir.runtime import Session
+
+ort = pytest.importorskip("onnxruntime")
+vi = helper.make_tensor_value_info
+
+
+def model(nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def matches_onnxruntime(m, engine, rtol=1e-5, atol=1e-6):
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.uniform(-2, 2, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in m.graph.input}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = Session(m, target="cpu", engine=engine).run(None, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("engine", ["native", "interpreter"])
+@pytest.mark.parametrize("repeats", [[2, 3], [2, 1], [1, 3]])
+def test_tensor_written_by_several_copies_is_read_after_all_of_them(engine, repeats):
+    """valid-3-373: a Concat's parts are written by separate copy kernels; the Tile reading the
+    concat, and the copy reading Neg's result, ran before those writers (the step order kept
+    one writer per tensor), so the output held zeros where Neg's rows belonged."""
+    c = numpy_helper.from_array(np.ones((13, 33), np.float32), "c")
+    rep = numpy_helper.from_array(np.array(repeats, np.int64), "rep")
+    m = model([helper.make_node("Neg", ["a"], ["n"]), helper.make_node("Concat", ["n", "c"], ["x"], axis=0),
+               helper.make_node("Tile", ["x", "rep"], ["y"]), helper.make_node("Log", ["y"], ["z"])],
+              [vi("a", TensorProto.FLOAT, [33, 33])],
+              [vi("y", TensorProto.FLOAT, None), vi("z", TensorProto.FLOAT, None)], [c, rep])
+    matches_onnxruntime(onnx.shape_inference.infer_shapes(m), engine)
