@@ -39,3 +39,29 @@ def test_tensor_written_by_several_copies_is_read_after_all_of_them(engine, repe
               [vi("a", TensorProto.FLOAT, [33, 33])],
               [vi("y", TensorProto.FLOAT, None), vi("z", TensorProto.FLOAT, None)], [c, rep])
     matches_onnxruntime(onnx.shape_inference.infer_shapes(m), engine)
+
+
+def _layer_norm(shape, axis):
+    scale = numpy_helper.from_array(np.full(shape[axis:], 1.5, np.float32), "s")
+    bias = numpy_helper.from_array(np.full(shape[axis:], 0.25, np.float32), "b")
+    return model([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=axis)],
+                 [vi("x", TensorProto.FLOAT, shape)], [vi("y", TensorProto.FLOAT, shape)], [scale, bias])
+
+
+@pytest.mark.parametrize("engine", ["native", "interpreter"])
+@pytest.mark.parametrize("shape,axis", [([1001], 0), ([512, 33], 0), ([4, 1000], 1)])
+def test_long_reductions_are_accurate(engine, shape, axis):
+    """valid-2-131: LayerNormalization over 1,001 elements was 3.2e-4 off onnxruntime on the
+    native engine, which summed each row in one serial fp32 chain (now 16 partials, a tree)."""
+    matches_onnxruntime(_layer_norm(shape, axis), engine, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("engine", ["native", "interpreter"])
+def test_long_sum_matches_float64(engine):
+    """A serial fp32 sum of 200,000 x 0.1 is 2e-4 relative off; several partials are not."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    m = model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+              [vi("x", TensorProto.FLOAT, [200000])], [vi("y", TensorProto.FLOAT, [])], [axes])
+    x = np.full(200000, 0.1, np.float32)
+    (y,) = Session(m, target="cpu", engine=engine).run(None, {"x": x})
+    np.testing.assert_allclose(y, x.astype(np.float64).sum(), rtol=2e-5)
