@@ -1,5 +1,6 @@
 """Planning time against model size (issue 22): elementwise chains of 100, 1,000 and 10,000
-nodes (Relu; Add reading the graph input at every step) and a Concat of 500 inputs, planned
+nodes (Relu; Add reading the graph input at every step), a Concat of 500 inputs, and Softmax
+chains and Relu+Add ladders of 50 and 500 (groups cut at $GIR_MAX_GROUP_OPS), planned
 for cuda:sm_90 and cpu. For the smaller ones the cpu plan is also built and run by the native
 engine and compared with onnxruntime. Each case runs in a fresh process (a plan warms caches),
 with the time limit per case. Prints the table and writes results/plan_scale.md and .json.
@@ -39,6 +40,24 @@ def concat(n: int, shape=(4, 64)):
     return _model(helper.make_graph([node], f"concat_{n}", ins, [out]))
 
 
+def softmax_chain(n: int, shape=(64, 256)):
+    nodes = [helper.make_node("Softmax", ["x" if i == 0 else f"s{i - 1}"], ["y" if i == n - 1 else f"s{i}"], axis=-1)
+             for i in range(n)]
+    return _model(helper.make_graph(nodes, f"softmax_chain_{n}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]))
+
+
+def ladder(n: int, shape=(64, 256)):
+    """y = Add(prev, Relu(prev)) n times: every value has two readers, so no chain composes it."""
+    nodes, prev = [], "x"
+    for i in range(n):
+        out = "y" if i == n - 1 else f"a{i}"
+        nodes += [helper.make_node("Relu", [prev], [f"r{i}"]), helper.make_node("Add", [prev, f"r{i}"], [out])]
+        prev = out
+    return _model(helper.make_graph(nodes, f"ladder_{n}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]))
+
+
 def _model(g):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
@@ -46,7 +65,8 @@ def _model(g):
 
 
 def _case(kind: str, n: int):
-    return concat(n) if kind == "Concat" else chain(n, kind)
+    builders = {"Concat": concat, "Softmax chain": softmax_chain, "Relu+Add ladder": ladder}
+    return builders[kind](n) if kind in builders else chain(n, kind)
 
 
 def _measure(kind, n, target, run, queue):
@@ -88,7 +108,7 @@ def measure(kind, n, target, run, limit_s):
     if proc.is_alive():
         proc.kill()
         proc.join()
-        return {"case": f"{kind} x {n}", "nodes": n if kind != "Concat" else 1, "target": target,
+        return {"case": f"{kind} x {n}", "nodes": len(_case(kind, n).graph.node), "target": target,
                 "error": f"over {limit_s} s"}
     if queue.empty():
         return {"case": f"{kind} x {n}", "target": target, "error": f"exit {proc.exitcode}",
@@ -114,16 +134,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     ap.add_argument("--concat", type=int, default=500)
+    ap.add_argument("--ladders", type=int, nargs="+", default=[50, 500], help="Softmax chain and Relu+Add ladder lengths")
     ap.add_argument("--targets", nargs="+", default=["cuda:sm_90", "cpu"])
     ap.add_argument("--run-up-to", type=int, default=10000, help="run on cpu and compare for chains up to this length")
     ap.add_argument("--limit-s", type=float, default=600)
     ap.add_argument("--out", default="results/plan_scale")
     args = ap.parse_args()
     cases = [(op, n) for op in ("Relu", "Add") for n in args.sizes] + [("Concat", args.concat)]
+    cases += [(kind, n) for kind in ("Softmax chain", "Relu+Add ladder") for n in args.ladders]
     rows = []
     for kind, n in cases:
         for target in args.targets:
-            run = target == "cpu" and (kind == "Concat" or n <= args.run_up_to)
+            run = target == "cpu" and (kind not in ("Relu", "Add") or n <= args.run_up_to)
             rows.append(measure(kind, n, target, run, args.limit_s))
             print(rows[-1], flush=True)
     text = table(rows)
@@ -133,7 +155,8 @@ def main():
     note = (f"# Planning time against model size\n\n{date.today()}, {platform.machine()}, "
             f"{mp.cpu_count()} cores (shared with other jobs): `PYTHONPATH=. python scripts/bench_plan_scale.py`. "
             "Chains: `x[64, 256]` through n Relu nodes, or n `Add(previous, x)` nodes; Concat: 500 inputs "
-            "`[4, 64]` on axis 1. Each case in a fresh process. `plan s` is `gir.fusion.plan.plan` alone; the "
+            "`[4, 64]` on axis 1; Softmax chain: n Softmax ops in a line on `x[64, 256]`; Relu+Add ladder: "
+            "n times `Add(prev, Relu(prev))`. Each case in a fresh process. `plan s` is `gir.fusion.plan.plan` alone; the "
             "session column is `gir.Session(model, target='cpu')` plus one run (plan, C build with an empty compile "
             "cache, run).\n\n")
     out.with_suffix(".md").write_text(note + text + "\n")

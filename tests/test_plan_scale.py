@@ -98,3 +98,34 @@ def test_split_pieces_are_bounded_and_compute_the_same():
     for p, operands in pieces:
         values.append(evaluate(p, [values[j] for j in operands]))
     np.testing.assert_array_equal(values[-1], want)
+
+
+def _softmax_ladder(n: int, shape=(4, 33)):
+    """n Softmax ops in a line, each followed by Add(previous, Relu(previous)): ops that no
+    chain composes (each value has two readers), so one greedy group would hold all 4n."""
+    nodes, prev = [], "x"
+    for i in range(n):
+        nodes += [helper.make_node("Softmax", [prev], [f"s{i}"], axis=-1),
+                  helper.make_node("Relu", [f"s{i}"], [f"r{i}"]),
+                  helper.make_node("Add", [f"s{i}", f"r{i}"], ["y" if i == n - 1 else f"a{i}"])]
+        prev = f"a{i}"
+    g = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+@pytest.mark.parametrize("cap", [6, 24])
+def test_groups_are_cut_at_the_group_size_limit(monkeypatch, cap):
+    """Rewriting a group is quadratic in its size: the greedy grouping closes a group at
+    $GIR_MAX_GROUP_OPS basic ops, names the cut in the excess, and the numbers stay right."""
+    monkeypatch.setenv("GIR_MAX_GROUP_OPS", str(cap))
+    m = _softmax_ladder(8)
+    g = load(m)
+    p = plan(g, get_target("cpu"), limit=1)
+    assert all(len(k.ops) <= cap for k in p.kernels)
+    assert len(p.kernels) >= len(g.ops) // cap
+    reasons = {e.reason for s in p.subgraphs for e in s.excess}
+    assert any("group size limit" in r for r in reasons), reasons
+    x = np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32)
+    (y,) = gir.Session(m, target="cpu").run(None, {"x": x})
+    np.testing.assert_allclose(y, _ort(m, {"x": x}), rtol=1e-5, atol=1e-6)

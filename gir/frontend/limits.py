@@ -9,6 +9,13 @@ per process, through the environment (read at each check, so a test or a caller 
 
     GIR_MAX_TENSOR_ELEMENTS  any tensor of the model: inputs, intermediates, outputs
     GIR_MAX_FOLD_ELEMENTS    any tensor GIR computes while loading (ConstantOfShape, folded ops)
+    GIR_MAX_GROUP_OPS        basic operators fused into one kernel by the greedy grouping
+
+The group limit is not a refusal: a longer run of fusable ops is cut into several kernels.
+Rewriting a fused group checks every step on the whole merged graph, so its time grows with
+the square of the group's size (50 chained Softmax ops as one group of 200: about 105 s); cut
+at 24, planning grows linearly with the model. The zoo's largest group has 13 basic operators,
+so no zoo plan changes.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from .errors import FrontendError
 
 MAX_TENSOR_ELEMENTS = 2**26  # 256 MiB of float32; planning a Relu of this size on `cpu`: 12 s, 1.7 GB
 MAX_FOLD_ELEMENTS = 2**26  # 256 MiB of float32 computed at compile time (weights are not folded twice)
+MAX_GROUP_OPS = 24  # basic operators per fused group (the zoo's largest: 13)
 
 
 def _setting(env: str, default: int) -> int:
@@ -40,6 +48,10 @@ def max_tensor_elements() -> int:
 
 def max_fold_elements() -> int:
     return _setting("GIR_MAX_FOLD_ELEMENTS", MAX_FOLD_ELEMENTS)
+
+
+def max_group_ops() -> int:
+    return _setting("GIR_MAX_GROUP_OPS", MAX_GROUP_OPS)
 
 
 def check_tensor(where: str, tensor: str, shape, fold: bool = False) -> None:

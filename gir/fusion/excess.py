@@ -25,8 +25,9 @@ CYCLE = "fusing would wait on itself through an op outside the kernel"
 COPY = "standalone copy kernel"
 SLOWER = "fused in the other grouping, which the performance model ranked slower"
 ORDER = "the greedy grouping had closed the writer's kernel"
+GROUP_LIMIT = "the writer's kernel had reached the group size limit ($GIR_MAX_GROUP_OPS)"
 BELOW = "touched less than the bound assumes"
-REASONS = (DEVICE_SYNC, NO_STRUCTURE, CYCLE, SLOWER, ORDER, COPY, REREAD, BELOW)
+REASONS = (DEVICE_SYNC, NO_STRUCTURE, CYCLE, SLOWER, ORDER, GROUP_LIMIT, COPY, REREAD, BELOW)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def attribute(kernels, bound_share: dict[str, int], ops: dict[str, BasicOp], *, 
     """`bound_share`: bytes the bound gives each tensor; `ops`: the subgraph's basic ops by
     name; `reads(op)`: the DRAM tensors op reads by storage name, each mapped to whether it
     reads it through a layout folded into it; `writes(op)`: those it writes;
-    `why_apart(writer_ops, producer, reader)`: SLOWER, NO_STRUCTURE, CYCLE or ORDER for two kernels."""
+    `why_apart(writer_ops, producer, reader)`: SLOWER, NO_STRUCTURE, CYCLE, GROUP_LIMIT or ORDER for two kernels."""
     moved: dict[str, int] = {}
     writers: dict[str, list] = {}
     readers: dict[str, list] = {}

@@ -16,6 +16,7 @@ import networkx as nx
 import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp
+from gir.frontend.limits import max_group_ops
 from gir.frontend.reference import execute_op
 from gir.ir import GIRGraph
 from gir.ir.cost import level_bytes
@@ -26,7 +27,7 @@ from gir.rewrite import Step, optimize
 from gir.templates import shape_only
 
 from .compose import compose, copy_candidates
-from .excess import CYCLE, NO_STRUCTURE, ORDER, SLOWER, Excess, attribute, bound_shares
+from .excess import CYCLE, GROUP_LIMIT, NO_STRUCTURE, ORDER, SLOWER, Excess, attribute, bound_shares
 from .fold import provider
 from .group import aligned, common_structures
 from .chains import compose_elementwise_runs
@@ -187,6 +188,8 @@ def _why_apart(dag: nx.DiGraph, cands_for, not_chosen: list[list[BasicOp]], writ
         return NO_STRUCTURE
     if _reenters(dag, {o.name for o in writer_ops}, reader.name):
         return CYCLE
+    if len(writer_ops) >= max_group_ops():
+        return GROUP_LIMIT
     return ORDER
 
 
@@ -255,7 +258,8 @@ def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_fo
     """Greedy, in program order: an op joins the current group when it reads something the
     group produced, every op of the group still shares a parallel primitive with it, and no
     path from the group reaches it through an op outside the group (the kernel would then
-    both feed and wait for that op). Views that share storage (aliases) are no hop: their
+    both feed and wait for that op), and the group holds fewer than `max_group_ops()` ops
+    (rewriting a group takes time quadratic in its size; see gir/frontend/limits.py). Views that share storage (aliases) are no hop: their
     readers read the storage. `through_folds`: nor is a layout folded into its reader, which
     reads the layout's source."""
     fused = {id(op) for op in ops}
@@ -265,8 +269,9 @@ def _groups(g: BasicGraph, ops: list[BasicOp], subgraph: list[BasicOp], cands_fo
     dag = _dependences(subgraph, reads, aliases)
     groups, current = [], []
     produced: set[str] = set()
+    cap = max_group_ops()
     for op in ops:
-        joins = current and any(aliases.get(t, t) in produced for t in reads(op)) and \
+        joins = 0 < len(current) < cap and any(aliases.get(t, t) in produced for t in reads(op)) and \
             not _reenters(dag, {o.name for o in current}, op.name) and \
             aligned([cands_for(o).candidates for o in (*current, op)])
         if joins:
