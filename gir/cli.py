@@ -38,9 +38,10 @@ def _target(name: str):
 
 def _load(path: str, shapes: dict | None = None):
     from gir.frontend import FrontendError, UnsupportedOpError, load
+    from gir.frontend.errors import UnsupportedDtypeError
     try:
         return load(path, input_shapes=shapes or None)
-    except UnsupportedOpError as err:
+    except (UnsupportedOpError, UnsupportedDtypeError) as err:
         raise CliError(str(err).splitlines()[0] if "\n" in str(err) else str(err), EXIT_UNSUPPORTED) from None
     except FrontendError as err:
         raise CliError(str(err)) from None

@@ -47,6 +47,7 @@ def check_valid(path: str) -> int:
     the model, the CLI's codes (1/2/3) when GIR refuses it, 4 on an internal error."""
     import onnxruntime as ort
     from gir.frontend import FrontendError, UnsupportedOpError
+    from gir.frontend.errors import UnsupportedDtypeError
     from gir.runtime import Session
     model = onnx.load(path)
     rng = np.random.default_rng(0)
@@ -62,7 +63,7 @@ def check_valid(path: str) -> int:
     for engine in ("native", "interpreter"):
         try:
             got = Session(path, target="cpu", engine=engine, limit=1).run(None, feeds)
-        except UnsupportedOpError as e:
+        except (UnsupportedOpError, UnsupportedDtypeError) as e:
             print(f"{engine}: {e}")
             return 2
         except FrontendError as e:

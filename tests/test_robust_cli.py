@@ -143,3 +143,16 @@ def test_session_run_with_a_list_names_the_model(tmp_path):
 def test_session_limit_must_be_positive(tmp_path):
     with pytest.raises(SessionError, match="m: limit .* must be a whole number >= 1, not 0"):
         Session(relu_model(tmp_path / "m.onnx"), target="cpu", limit=0)
+
+
+@pytest.mark.parametrize("to", [TensorProto.BFLOAT16, TensorProto.UINT16, TensorProto.FLOAT8E4M3FN])
+def test_an_element_type_gir_lacks_is_an_unsupported_model(capsys, tmp_path, to):
+    """A valid model that casts to bfloat16 (or uint16, float8) is unsupported (exit 2), not bad input."""
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=to, name="cast")], "m",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", to, [3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), tmp_path / "m.onnx")
+    code = main(["explain", str(tmp_path / "m.onnx"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"tensor 'y' (output of node 'cast') has element type {TensorProto.DataType.Name(to)}" in err

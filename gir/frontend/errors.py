@@ -16,6 +16,11 @@ class FrontendError(ValueError):
         super().__init__(one_line(message))
 
 
+class UnsupportedDtypeError(FrontendError):
+    """A valid model with a tensor of an element type GIR does not have (bfloat16, float8,
+    uint16, string, ...): an unsupported model, not a bad one."""
+
+
 class UnsupportedOpError(FrontendError):
     """Every node GIR cannot decompose, collected in one error.
 

@@ -16,7 +16,7 @@ from gir.ir.dtypes import DTypeError, DTYPES, np_dtype
 from gir.ir.expr import Const, Expr, Input, substitute
 
 from ..basic import BasicGraph, BasicOp, Tensor, compute_dtype, contiguous_strides, infer
-from ..errors import FrontendError
+from ..errors import FrontendError, UnsupportedDtypeError
 from ..limits import check_tensor
 from ..reference import execute_op
 
@@ -39,7 +39,7 @@ def gir_dtype(elem_type: int, what: str) -> str:
     """GIR dtype name for an ONNX element type; FrontendError naming ``what`` otherwise."""
     if elem_type in ONNX_TO_GIR:
         return ONNX_TO_GIR[elem_type]
-    raise FrontendError(f"{what} has element type {onnx_type_name(elem_type)}, which GIR does not support "
+    raise UnsupportedDtypeError(f"{what} has element type {onnx_type_name(elem_type)}, which GIR does not support "
                         f"(supported: {', '.join(DTYPES)})")
 
 
