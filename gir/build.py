@@ -14,6 +14,8 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from gir.backends.kernels import GATHER_FLAG
+
 SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip", "cpu": ".c"}  # the backends `gir compile` builds
 _COMPILE = {"cuda": "gir.backends.cuda.emitter", "hip": "gir.backends.hip.emitter", "cpu": "gir.backends.cpu.compiler"}
 
@@ -76,8 +78,9 @@ def _build_step(plan, index: int) -> BuiltStep:
         binaries = {f".{target.arch}.co": compiled.binary.code}
     else:
         binaries = {}
+    flag = [{"flag": GATHER_FLAG, "dtype": "int32", "elements": 1, "written": True}] if target.backend != "cpu" else []
     launches = [{"kernel": k.name, "grid": [k.num_blocks], "block": [k.block_threads], "shared_bytes": k.shared_bytes,
                  "params": [{"buffer": b.name, "dtype": b.dtype, "elements": b.size, "written": b.name in k.written}
-                            for b in k.params]}
+                            for b in k.params] + (flag if k.gathers else [])}
                 for k in compiled.kernels]
     return BuiltStep(index, compiled.source, binaries, launches)

@@ -91,3 +91,31 @@ def test_block_reduction_uses_local_memory_and_work_group_barriers(pocl):
     assert "__local float s_" in source and "barrier(CLK_LOCAL_MEM_FENCE);" in source
     assert "__kernel void" in source and "__global const float* restrict g_x" in source
     assert not re.search(r"\blong long\b|__syncthreads|threadIdx", source.split("#endif", 1)[1])
+
+
+def gather_flag_outcomes() -> list[str]:
+    """Per index: what opencl.run does with a Gather of rows [0, index, 1] from a [5, 6] table."""
+    import numpy as np
+
+    from gir.backends import opencl
+    from gir.backends.errors import IndexOutOfRange
+    from gir.frontend.basic import BasicOp
+    from gir.ir import get_target
+    from gir.templates import candidates
+    from test_templates import T
+    ts = {"d": T("d", (5, 6)), "i": T("i", (3,), "int64", np.array([0, 1, 2])), "y": T("y", (3, 6))}
+    op = BasicOp("g", "gather", ["d", "i"], ["y"], {"axis": 0}, "g")
+    graph = candidates(op, ts, get_target("opencl")).candidates[0].graph
+    d = np.arange(30, dtype=np.float32).reshape(5, 6)
+    out = []
+    for index in (4, -5, 5, -6, 10**6):
+        try:
+            y = opencl.run(graph, {"d": d, "i": np.array([0, index, 1])})["y"]
+            out.append("ok" if np.array_equal(y, d[[0, index, 1]]) else "wrong")
+        except IndexOutOfRange:
+            out.append("raised")
+    return out
+
+
+def test_opencl_kernels_report_an_out_of_range_gather_index(pocl):
+    assert pocl(gather_flag_outcomes) == ["ok", "ok", "raised", "raised", "raised"]

@@ -154,6 +154,42 @@ def test_gpu_engine_on_the_cpu_harness(monkeypatch):
         t.value is not None for t in session.plan.graph.tensors.values())  # per-run buffers freed
 
 
+def _computed_gather():
+    """Rows of a [5, 4] table gathered by ids + 1: indices computed on the device, which only the
+    kernel's flag can check (graph-input indices are checked on the host before a run)."""
+    table = numpy_helper.from_array(np.arange(20, dtype=np.float32).reshape(5, 4), "table")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    nodes = [helper.make_node("Add", ["ids", "one"], ["shifted"], name="shift"),
+             helper.make_node("Gather", ["table", "shifted"], ["y"], name="lookup", axis=0)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], [table, one])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_gpu_engine_reports_a_computed_out_of_range_index(monkeypatch):
+    """The CUDA kernel clamps the index and sets its flag parameter; the engine reads the flags
+    after the run and raises naming the node, then runs again cleanly."""
+    from gir.runtime.indices import GatherIndexError
+    launcher = HarnessLauncher()
+    monkeypatch.setattr(device, "open_launcher", lambda backend: launcher)
+    sources = []
+    monkeypatch.setattr(device, "_toolchain", lambda backend: (
+        CudaEmitter, lambda source, arch: sources.append(source) or SimpleNamespace(source=source, resources={}), None))
+    session = gir.Session(_computed_gather(), target="h100", limit=1)
+    assert "int* gir_oob" in sources[0] and "*gir_oob = 1;" in sources[0]
+    table = np.arange(20, dtype=np.float32).reshape(5, 4)
+    ok = np.array([[0, 1, 2], [-2, -6, 3]], np.int64)
+    (y,) = session.run(None, {"ids": ok})
+    np.testing.assert_array_equal(y, table[ok + 1])
+    for bad in (4, -7, 10**6):
+        ids = ok.copy()
+        ids[1, 2] = bad
+        with pytest.raises(GatherIndexError, match="m: .*node 'lookup' \\(Gather"):
+            session.run(None, {"ids": ids})
+        (y,) = session.run(None, {"ids": ok})  # the flag was cleared
+        np.testing.assert_array_equal(y, table[ok + 1])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["h100", "mi250x"])
 def test_gpu_session_matches_onnxruntime(target):

@@ -166,6 +166,23 @@ def test_gather_index_out_of_range_is_an_error():
         run(cand.graph, {"d": np.zeros((5, 6), np.float32), "i": np.array([5])})
 
 
+@pytest.mark.parametrize("target,dialect", [("h100", "cuda"), ("mi250x", "hip")])
+@pytest.mark.parametrize("index", [5, -6, 10**6])
+def test_gpu_kernels_report_an_out_of_range_gather_index(target, dialect, index):
+    """The emitted CUDA/HIP kernel clamps the index (memory stays safe) and sets its flag
+    parameter; the caller raises. An index in range leaves the flag alone."""
+    from gir.backends.errors import IndexOutOfRange
+    from gir.backends.harness.graph_runner import run_on_cpu_harness
+    ts = {"d": T("d", (5, 6)), "i": T("i", (3,), "int64", np.array([0, 1, 2])), "y": T("y", (3, 6))}
+    op = BasicOp("g", "gather", ["d", "i"], ["y"], {"axis": 0}, "g")
+    d = np.arange(30, dtype=np.float32).reshape(5, 6)
+    for cand in candidates(op, ts, get_target(target)).candidates:
+        got = run_on_cpu_harness(cand.graph, {"d": d, "i": np.array([4, -5, 0])}, dialect)
+        np.testing.assert_array_equal(got["y"], d[[4, 0, 0]])
+        with pytest.raises(IndexOutOfRange, match="Gather index is outside"):
+            run_on_cpu_harness(cand.graph, {"d": d, "i": np.array([0, index, 1])}, dialect)
+
+
 def test_no_template_for_library_ops_names_the_node():
     ts = {"a": T("a", (2, 3)), "b": T("b", (3, 4)), "y": T("y", (2, 4))}
     op = BasicOp("mm", "matmul", ["a", "b"], ["y"], {}, "node '/mm' (MatMul, ai.onnx opset 17)")

@@ -38,7 +38,7 @@ from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
 
-from .kernels import EmitError, Kernel
+from .kernels import GATHER_FLAG, EmitError, Kernel
 
 MAX_RUNS = 16  # longest per-lane select chain (or shuffles per element) before other means
 COMPARE = {"eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">="}
@@ -288,8 +288,13 @@ class CStyle:
         pad = "  " * len(tail)  # one level per enclosing brace
         return "\n".join([*head, *[pad + ln for ln in body], *tail]) + "\n"
 
+    gather_flag_type = "int*"  # the flag parameter of a kernel that gathers; None: the dialect has another way
+
     def kernel_frame(self, k: Kernel) -> tuple[list[str], list[str]]:
-        params = ", ".join(self.param(b, k) for b in k.params)
+        params = [self.param(b, k) for b in k.params]
+        if k.gathers and self.gather_flag_type:
+            params.append(f"{self.gather_flag_type} {GATHER_FLAG}")
+        params = ", ".join(params)
         return [f"{self.kernel_prefix} {self.launch_bounds(k)}{k.name}({params}) {{"], ["}"]
 
     def param(self, buf, k: Kernel) -> str:
@@ -735,9 +740,9 @@ class CStyle:
 
     def gather_out_of_range(self) -> str:
         """A statement run when a Gather index is out of range (the index is clamped, so memory
-        stays safe): a dialect with a host-visible flag sets it there, so the engine can
-        raise after the kernel. "" where there is none (the host checks graph inputs)."""
-        return ""
+        stays safe): it sets the kernel's flag parameter (every writer writes 1: no atomics
+        needed), which the caller reads after the kernel and raises."""
+        return f"*{GATHER_FLAG} = 1;"
 
     def op_Gather(self, op) -> list[str]:
         """Negative indices wrap by `extent`; out-of-range ones are clamped here (a kernel cannot

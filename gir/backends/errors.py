@@ -21,6 +21,11 @@ class NoDeviceError(RuntimeError):
     """No GPU driver or device here: kernels compile but cannot be launched."""
 
 
+class IndexOutOfRange(ValueError):
+    """A kernel reported a Gather index outside [-n, n) (it clamped it, so memory stayed
+    safe); the runtime turns it into a GatherIndexError naming model and node."""
+
+
 class ResourceError(RuntimeError):
     """An emitted kernel compiled but would not run well or at all on the target: it spills
     registers or needs more shared memory than a block may have. The message is one line."""

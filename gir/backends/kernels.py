@@ -18,10 +18,23 @@ import numpy as np
 from gir.ir import DEVICE, DRAM, SHARED, GIRGraph, Sync
 from gir.ir.affine import ParallelPrimitive
 from gir.ir.dtypes import np_dtype
-from gir.ir.gops import GOp
+from gir.ir.gops import Gather, GOp
 from gir.ir.slices import Buffer
 
-from .errors import ResourceError
+from .errors import IndexOutOfRange, ResourceError
+
+GATHER_FLAG = "gir_oob"  # the GPU dialects' last parameter of a kernel that gathers (Kernel.gathers)
+
+
+def gather_flags(kernels) -> dict[str, np.ndarray]:
+    """A zeroed int32 flag per kernel that gathers, by kernel name (the extra argument)."""
+    return {k.name: np.zeros(1, np.int32) for k in kernels if k.gathers}
+
+
+def check_gather_flag(kernel_name: str, flag) -> None:
+    """IndexOutOfRange where the kernel reported a clamped Gather index."""
+    if int(np.asarray(flag).reshape(-1)[0]):
+        raise IndexOutOfRange(f"{kernel_name}: a Gather index is outside [-n, n) of the axis it selects from")
 
 
 class EmitError(ValueError):
@@ -44,6 +57,13 @@ class Kernel:
     @property
     def num_blocks(self) -> int:
         return self.prim.num_blocks
+
+    @property
+    def gathers(self) -> bool:
+        """Whether the kernel runs a Gather: in the GPU dialects it then takes one more
+        parameter after `params`, GATHER_FLAG, an int the kernel sets to 1 where an index
+        was out of range (a kernel cannot raise; the caller zeroes it and reads it back)."""
+        return any(isinstance(op, Gather) for _, op in self.ops)
 
     def is_written(self, name: str) -> bool:
         return name in self.written

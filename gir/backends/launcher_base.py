@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import allocate_dram, collect_outputs
+from .kernels import allocate_dram, check_gather_flag, collect_outputs, gather_flags
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,12 @@ def launch_graph(launcher: Launcher, built, graph, feeds: dict) -> dict:
     """Outputs of a compiled graph (a CompiledGraph) launched kernel by kernel on the
     launcher's device: every backend's `run` on real hardware."""
     arrays = allocate_dram(graph, feeds)
+    flags = gather_flags(built.kernels)
     for k in built.kernels:
         launcher.run(launcher.load(built.binary, k.name), (k.num_blocks,), (k.block_threads,),
-                     [arrays[b.name] for b in k.params])
+                     [arrays[b.name] for b in k.params] + ([flags[k.name]] if k.name in flags else []))
+        if k.name in flags:
+            check_gather_flag(k.name, flags[k.name])
     return collect_outputs(graph, arrays)
 
 

@@ -18,6 +18,7 @@ from gir.backends.launcher_base import DeviceBuffer, Launcher
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
 
+from .indices import GatherIndexError, gather_origins
 from .library import run_library_op
 from .memory import MemoryPlan
 from .native import emit_plan, locate, output_roots
@@ -63,13 +64,22 @@ class DeviceEngine:
                 self.constants[n] = self.launcher.alloc(max(1, t.value.nbytes))
                 self.launcher.upload(self.constants[n], np.ascontiguousarray(t.value, np_dtype(t.dtype)))
         self.calls = []
+        gathering = [launch for launch in launches if not isinstance(launch, BasicOp) and launch[1].gathers]
+        # one int per kernel that gathers, zeroed and read back once per run (see Kernel.gathers)
+        self.flags = self.launcher.alloc(4 * len(gathering)) if gathering else None
+        self.gathers = []  # the gather nodes of each flag, for the error
         for launch in launches:
             if isinstance(launch, BasicOp):
                 self.calls.append(launch)
                 continue
             i, k = launch
             slots = [self._buffer(*locate(plan, memory, i, b), b.nbytes) for b in k.params]
+            if k.gathers:
+                slots.append(DeviceBuffer(self.flags.ptr + 4 * len(self.gathers), 4))
+                self.gathers.append(gather_origins(plan, plan.steps[i].ops))
             self.calls.append((self.launcher.load(binary, k.name), k.num_blocks, k.block_threads, k.shared_bytes, slots))
+        if self.flags is not None:  # zero now and again only after a run that set one: no copy per run
+            self.launcher.upload(self.flags, np.zeros(len(self.gathers), np.int32))
         self.fresh = output_roots(plan)
         self._lock = threading.Lock()
 
@@ -77,6 +87,16 @@ class DeviceEngine:
         if where == "arena":
             return DeviceBuffer(self.arena.ptr + what, nbytes)
         return self.constants[what] if where == "const" else what
+
+    def _check_gathers(self) -> None:
+        if self.flags is None:
+            return
+        flags = np.empty(len(self.gathers), np.int32)
+        self.launcher.download(self.flags, flags)
+        if flags.any():
+            self.launcher.upload(self.flags, np.zeros_like(flags))
+            raise GatherIndexError(f"{self.plan.graph.model_name}: {self.gathers[int(np.argmax(flags))]}: an index is "
+                                   f"outside [-n, n) of the axis it selects from")
 
     def _tensor(self, name: str, per_run: dict) -> DeviceBuffer:
         name = self.plan.aliases.get(name, name)
@@ -111,6 +131,7 @@ class DeviceEngine:
                         launcher.launch(kernel, blocks, threads, shared,
                                         [per_run[s] if isinstance(s, str) else s for s in slots])
                 launcher.synchronize()
+                self._check_gathers()
                 return {n: self._download(n, per_run) for n in g.outputs}
             finally:
                 for buf in per_run.values():

@@ -49,6 +49,7 @@ int gir_gather_oob = 0;  /* set when a Gather index was out of range; the engine
 
 class CpuEmitter(LoopedLanes, CStyle):
     kernel_prefix = "void"
+    gather_flag_type = None  # the library's gir_gather_oob global instead (one process, one flag)
     restrict = "restrict"
     types = {"float32": "float", "float16": "uint16_t", "float64": "double", "int64": "int64_t",
              "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool"}

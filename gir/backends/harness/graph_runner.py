@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..kernels import allocate_dram, collect_outputs, split_kernels
+from ..kernels import allocate_dram, check_gather_flag, collect_outputs, gather_flags, split_kernels
 from .runner import WARP, run_kernel
 
 
@@ -30,7 +30,9 @@ def run_on_cpu_harness(graph, feeds: dict, dialect: str | None = None,
                          f"(its warps have {WARP.get(dialect)} lanes)")
     emitter = emitter_for(dialect, graph.target)
     arrays = allocate_dram(graph, feeds)
-    for k in split_kernels(graph):
+    kernels = split_kernels(graph)
+    flags = gather_flags(kernels)
+    for k in kernels:
         source = emitter.emit(k)
         if edit is not None:
             source = edit(source)
@@ -41,5 +43,9 @@ def run_on_cpu_harness(graph, feeds: dict, dialect: str | None = None,
                 a = a.view()
                 a.flags.writeable = False  # the harness then checks the kernel left it alone
             args.append(a)
+        if k.name in flags:
+            args.append(flags[k.name])
         run_kernel(source, k.name, (k.num_blocks,), (k.block_threads,), args, dialect)
+        if k.name in flags:
+            check_gather_flag(k.name, flags[k.name])
     return collect_outputs(graph, arrays)

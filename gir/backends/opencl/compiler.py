@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import CompileError
-from ..kernels import (GUARD, CompiledGraph, allocate_dram, check_guards, check_shared, collect_outputs, emit_graph,
-                       with_guards)
+from ..kernels import (GUARD, CompiledGraph, allocate_dram, check_gather_flag, check_guards, check_shared, collect_outputs,
+                       emit_graph, gather_flags, with_guards)
 from .device import cl, context_and_queue, device
 from .emitter import OpenCLEmitter
 
@@ -57,13 +57,17 @@ def run(graph, feeds: dict, edit: Callable[[str], str] | None = None) -> dict:
     program = build(edit(source) if edit else source, graph.name)
     arrays = allocate_dram(graph, feeds)
     raws = {name: with_guards(a) for name, a in arrays.items()}
-    flags = pyopencl.mem_flags.READ_WRITE | pyopencl.mem_flags.COPY_HOST_PTR
-    whole = {name: pyopencl.Buffer(ctx, flags, hostbuf=raw) for name, raw in raws.items()}
+    flags_rw = pyopencl.mem_flags.READ_WRITE | pyopencl.mem_flags.COPY_HOST_PTR
+    whole = {name: pyopencl.Buffer(ctx, flags_rw, hostbuf=raw) for name, raw in raws.items()}
     views = {name: whole[name].get_sub_region(GUARD, max(a.nbytes, 1)) for name, a in arrays.items()}
+    flags = gather_flags(kernels)
+    flag_bufs = {name: pyopencl.Buffer(ctx, flags_rw, hostbuf=f) for name, f in flags.items()}
     for k in kernels:
         kernel = getattr(program, k.name)
-        kernel.set_args(*[views[b.name] for b in k.params])
+        kernel.set_args(*[views[b.name] for b in k.params], *([flag_bufs[k.name]] if k.name in flags else []))
         pyopencl.enqueue_nd_range_kernel(queue, kernel, (k.prim.num_units,), (k.prim.units_per_block,))
+    for name, buf in flag_bufs.items():
+        pyopencl.enqueue_copy(queue, flags[name], buf)
     for name, raw in raws.items():
         pyopencl.enqueue_copy(queue, raw, whole[name])
     queue.finish()
@@ -71,4 +75,6 @@ def run(graph, feeds: dict, edit: Callable[[str], str] | None = None) -> dict:
         users = " or ".join(k.name for k in kernels if any(b.name == name for b in k.params))
         check_guards(raws[name], a.nbytes, users, name)
         a.view(np.uint8)[:] = raws[name][GUARD:GUARD + a.nbytes]
+    for name, flag in flags.items():
+        check_gather_flag(name, flag)
     return collect_outputs(graph, arrays)

@@ -64,6 +64,7 @@ class OpenCLEmitter(LoopedLanes, CStyle):
     kernel_prefix = "__kernel void"
     restrict = "restrict"
     shared_prefix = "__local "
+    gather_flag_type = "__global int*"
     types = {"float32": "float", "float16": "ushort", "float64": "double", "int64": "long",
              "int32": "int", "int8": "char", "uint8": "uchar", "bool": "uchar"}
 
