@@ -278,6 +278,9 @@ def cmd_run(args) -> int:
     from gir.runtime.session import SessionError
     if args.output is not None and not args.output.strip():
         raise CliError("-o needs a file name, not an empty string")
+    if args.profile and (args.engine != "native" or _target(args.target).backend != "cpu"):
+        raise CliError("--profile times the native engine's kernels on the cpu target "
+                       f"(not --target {args.target} --engine {args.engine})")
     graph = _load(args.model, _shapes(args))
     if args.output:
         _npz_names(graph)
@@ -310,6 +313,11 @@ def cmd_run(args) -> int:
               f"(arena {_size(session.memory.peak_bytes)})", file=sys.stderr)
     if args.repeat:
         print(_latency(session, feeds, args.repeat))
+    if args.profile:
+        from gir.runtime.profile import copy_bandwidth, profile, table
+        if not args.quiet:
+            print("gir: timing each step alone, then a copy loop for the machine's bandwidth", file=sys.stderr)
+        print(table(profile(session, feeds, args.repeat or 20), copy_bandwidth()))
     if args.output:
         _write_npz(args.output, outputs)
     return EXIT_OK
@@ -469,6 +477,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the outputs, one array per output, to exactly this file (.npz format)")
     p.add_argument("--repeat", type=_at_least("--repeat", 1, "runs"), default=0,
                    help="run N more times and print the latency (median, min)")
+    p.add_argument("--profile", action="store_true",
+                   help="cpu: time each kernel and library op alone (median of --repeat runs, default 20) and print "
+                        "its GB/s against this machine's copy bandwidth")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("compile", help="emit and compile every kernel; write plan.json and the report")
     common(p)

@@ -69,13 +69,16 @@ class NativeCpuEngine:
         self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
                           for n, t in g.tensors.items() if t.value is not None}
         self.calls = []
+        self.call_steps = []  # the plan step of each call (a fused group can need several kernels)
         self.oob = ctypes.c_int.in_dll(lib, "gir_gather_oob")  # set by a kernel that clamped an index
         self.gathers = {}  # kernel call -> the gather nodes it runs, for the error
         for launch in launches:
             if isinstance(launch, BasicOp):
+                self.call_steps.append(next(i for i, s in enumerate(plan.steps) if s is launch))
                 self.calls.append(launch)
                 continue
             i, k = launch
+            self.call_steps.append(i)
             fn = getattr(lib, k.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
             if any(isinstance(op, Gather) for _, op in k.ops):
@@ -98,25 +101,36 @@ class NativeCpuEngine:
             return self.arena[start:start + t.size * np_dtype(t.dtype).itemsize].view(np_dtype(t.dtype))
         return self.constants[name] if name in self.constants else per_run[name]
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Outputs by name, each an array of its own that later runs leave alone."""
+    def bind(self, feeds: dict[str, np.ndarray]) -> tuple[dict, list]:
+        """The run's own buffers (inputs, fresh outputs) and, per call, a thunk that runs it."""
         g = self.plan.graph
         per_run = {n: np.ascontiguousarray(feeds[n]).reshape(-1) for n in g.inputs}
         for root in self.fresh:
             per_run[root] = np.empty(g.tensors[root].size, np_dtype(g.tensors[root].dtype))
         pointers = {n: a.ctypes.data for n, a in per_run.items()}
-        with self._lock:
-            for c, call in enumerate(self.calls):
-                if isinstance(call, BasicOp):
+        thunks = []
+        for call in self.calls:
+            if isinstance(call, BasicOp):
+                def library(call=call):
                     args = [self._flat(t, per_run).reshape(g.tensors[t].shape) for t in call.inputs]
                     self._flat(call.outputs[0], per_run)[...] = run_library_op(call, g.tensors, args).reshape(-1)
-                else:
-                    fn, slots = call
-                    fn(*[pointers[s] if isinstance(s, str) else s for s in slots])
-                    if c in self.gathers and self.oob.value:
-                        self.oob.value = 0
-                        raise GatherIndexError(f"{g.model_name}: {self.gathers[c]}: an index is outside [-n, n) "
-                                               f"of the axis it selects from")
+                thunks.append(library)
+            else:
+                fn, slots = call
+                thunks.append(lambda fn=fn, args=[pointers[s] if isinstance(s, str) else s for s in slots]: fn(*args))
+        return per_run, thunks
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by name, each an array of its own that later runs leave alone."""
+        g = self.plan.graph
+        per_run, thunks = self.bind(feeds)
+        with self._lock:
+            for c, thunk in enumerate(thunks):
+                thunk()
+                if c in self.gathers and self.oob.value:
+                    self.oob.value = 0
+                    raise GatherIndexError(f"{g.model_name}: {self.gathers[c]}: an index is outside [-n, n) "
+                                           f"of the axis it selects from")
         outputs, handed = {}, set()
         for name in g.outputs:
             root = self.plan.aliases.get(name, name)
