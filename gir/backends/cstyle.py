@@ -35,7 +35,7 @@ from gir.ir import BLOCK, DRAM, LANE, REGISTER, SHARED, UNIT
 from gir.ir.affine import Affine
 from gir.ir.dtypes import accumulator
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
-from gir.ir.gops import Reduce, Sync, reduce_identity
+from gir.ir.gops import Gather, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
@@ -149,6 +149,7 @@ class Elem:
     pre: list[str] = field(default_factory=list)
     temps: int = 0
     loop: int | None = None  # CPU: k is the variable of a loop with this trip count
+    independent: bool = False  # ... whose iterations touch disjoint elements (see LoopedLanes)
 
     def tmp(self) -> str:
         self.temps += 1
@@ -209,6 +210,16 @@ def register_segments(k: Kernel) -> list[tuple[range, list[str]]]:
     if start < len(ops):
         out.append((range(start, len(ops)), members))
     return out or [(range(0), [])]
+
+
+def _elementwise_independent(op) -> bool:
+    """Whether a gOperator's element loop may run its iterations in any order or together: it
+    writes a buffer it does not read (so no iteration reads another's result) and is no Gather
+    (whose out-of-range report is a store to one shared flag)."""
+    if isinstance(op, (Gather, Reduce, Sync)):
+        return False
+    written = {s.buffer for s in op.writes()}
+    return not written & {s.buffer for s in op.reads()}
 
 
 def _declared_name(declaration: str) -> str:
@@ -680,11 +691,15 @@ class CStyle:
             return f"({a[0]} < 0 ? {neg} : {a[0]})" if op == "abs" else f"({self.ctype(dt)})gir_ipow({a[0]}, {a[1]})"
         if not is_float:
             raise EmitError(f"elementwise {op} on {dt}")
-        special = {"rsqrt": f"{one} / sqrt{f}({a[0]})", "recip": f"{one} / {a[0]}",
-                   "sigmoid": f"{one} / ({one} + exp{f}({neg}))"}
+        special = {"rsqrt": f"{one} / {self.math_fn('sqrt', dt)}({a[0]})", "recip": f"{one} / {a[0]}",
+                   "sigmoid": f"{one} / ({one} + {self.math_fn('exp', dt)}({neg}))"}
         if op in special:
             return special[op]
-        return f"{FLOAT_FN[op]}{f}({', '.join(a)})"
+        return f"{self.math_fn(op, dt)}({', '.join(a)})"
+
+    def math_fn(self, op: str, dt: str) -> str:
+        """The C function computing `op` on `dt` (float32 or float64): the C library's by default."""
+        return FLOAT_FN[op] + ("f" if dt == "float32" else "")
 
     # -- gOperators --------------------------------------------------------------------------
     def emit_op(self, op) -> list[str]:
@@ -865,12 +880,17 @@ class LoopedLanes:
     cross-lane reads are plain reads, each gOperator is one loop over its elements (the
     compiler vectorises it) and a Reduce, cooperative or not, is a loop per output."""
     distributed_registers = False
+    simd_pragma: str | None = None  # a dialect's way to say "vectorise this element loop"
 
     def elements(self, op, n: int):
-        yield Elem(Idx("k"), loop=n)
+        yield Elem(Idx("k"), loop=n, independent=_elementwise_independent(op))
 
     def wrap(self, e: Elem, lines: list[str]) -> list[str]:
-        return block(f"for (int k = 0; k < {e.loop}; ++k) {{", lines)
+        """An element loop whose iterations are independent is marked for SIMD: gcc would
+        otherwise fully unroll a short one and then fail to vectorise the selects of an inlined
+        math function in it (a SiLU kernel of 8-element units: 5.2 ms plain, 0.78 ms marked)."""
+        pragma = [self.simd_pragma] if self.simd_pragma and e.independent else []
+        return pragma + block(f"for (int k = 0; k < {e.loop}; ++k) {{", lines)
 
     ACCUMULATORS = 16   # independent partials per output: SIMD-wide and pairwise-combined
     BLOCK_STEPS = 64    # steps per partial before the block's tree adds into the running result
