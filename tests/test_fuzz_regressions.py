@@ -65,3 +65,17 @@ def test_long_sum_matches_float64(engine):
     x = np.full(200000, 0.1, np.float32)
     (y,) = Session(m, target="cpu", engine=engine).run(None, {"x": x})
     np.testing.assert_allclose(y, x.astype(np.float64).sum(), rtol=2e-5)
+
+
+@pytest.mark.parametrize("engine", ["native", "interpreter"])
+def test_tensor_read_by_a_copy_through_an_alias_is_written(engine):
+    """valid-4-288: GatherND with constant indices became a copy reading the Abs result through
+    a view (an alias); the fused kernel computing Abs did not count that copy as a reader, never
+    wrote the result, and the native engine failed with KeyError: 'abs2' (exit 4)."""
+    shape = numpy_helper.from_array(np.array([1, 4257], np.int64), "shape")
+    idx = numpy_helper.from_array(np.zeros((3, 1), np.int64), "idx")
+    m = model([helper.make_node("Abs", ["a"], ["abs2"]), helper.make_node("Reshape", ["abs2", "shape"], ["r"]),
+               helper.make_node("Add", ["b", "abs2"], ["add"]), helper.make_node("GatherND", ["r", "idx"], ["g"])],
+              [vi("a", TensorProto.FLOAT, [129, 33]), vi("b", TensorProto.FLOAT, [1, 33])],
+              [vi("g", TensorProto.FLOAT, None), vi("add", TensorProto.FLOAT, None)], [shape, idx])
+    matches_onnxruntime(onnx.shape_inference.infer_shapes(m), engine)

@@ -37,6 +37,7 @@ from gir.ir.dtypes import accumulator
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Gather, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
+from gir.ir.vector_access import vector_width
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
 
@@ -715,7 +716,14 @@ class CStyle:
             return [self.barrier()]
         raise EmitError(f"Sync at scope {op.scope} inside a kernel (device syncs split kernels)")
 
+    vector_types = {"float32": {2: "float2", 4: "float4"}, "int32": {2: "int2", 4: "int4"}}
+    VECTOR_FIELDS = "xyzw"
+
     def op_Move(self, op) -> list[str]:
+        if self.distributed_registers and self.vector_types:
+            wide = self.vector_move(op)
+            if wide is not None:
+                return wide
         dt = self.dtype(op.dst)
 
         def body(e: Elem):
@@ -727,6 +735,49 @@ class CStyle:
                 return guarded(ok + dst[1], [f"{dst[0]} = {src};"])
             return guarded(dst[1], [f"{dst[0]} = {and_c(ok)} ? {src} : {self.storage_literal(op.fill, dt)};"])
         return self.for_elements(op, op.dst.size, body)
+
+    def vector_move(self, op) -> list[str] | None:
+        """A Move between DRAM and registers as one 8- or 16-byte access per lane, where
+        gir.ir.vector_access proves the DRAM side (consecutive, aligned, unmasked) and each
+        lane's elements sit in consecutive register slots; None otherwise (the scalar path)."""
+        buffers = self.k.buffers
+        levels = {n: b.level for n, b in buffers.items()}
+        vec = vector_width(op, levels, {n: b.dtype for n, b in buffers.items()}, self.L)
+        if vec == 1:
+            return None
+        src_dram = levels[op.src.buffer] == DRAM
+        dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
+        vtype = self.vector_types.get(self.dtype(dram), {}).get(vec)
+        n = op.dst.size
+        if vtype is None or not reg.offset.is_const:
+            return None
+        lay, name, L, lanes = self.layouts[reg.buffer], self.names[reg.buffer], self.L, np.arange(self.L)
+        groups = []
+        for j in range(-(-n // (vec * L))):
+            first = j * vec * L + vec * lanes
+            valid = first < n
+            ks = [np.where(valid, first + v, 0) for v in range(vec)]
+            addr = [dram.pattern[e] for e in ks]
+            regs = [reg.offset.const + reg.pattern[e] for e in ks]
+            slot0 = lay.slot[regs[0]][valid]
+            if ((lay.owner[regs[0]][valid] != lanes[valid]).any() or (slot0 != slot0[0]).any()
+                    or any((lay.slot[regs[v]][valid] != slot0[0] + v).any() or (lay.owner[regs[v]][valid] != lanes[valid]).any()
+                           for v in range(vec))
+                    or lane_affine(addr[0], valid) is None):
+                return None
+            groups.append((Idx("", ks[0], valid), int(slot0[0]), None if valid.all() else f"lane < {int(valid.sum())}"))
+        out, fields = [], self.VECTOR_FIELDS[:vec]
+        for i, slot, guard in groups:
+            where = f"&{self.names[dram.buffer]}[{self.address(dram, i)}]"
+            parts = [f"{name}[{slot + v}]" for v in range(vec)]
+            if src_dram:
+                body = [f"const {vtype} v = *(const {vtype}*)({where});",
+                        *(f"{p} = v.{f};" for p, f in zip(parts, fields))]
+                line = block("{", body)
+            else:
+                line = [f"*({vtype}*)({where}) = make_{vtype}({', '.join(parts)});"]
+            out += guarded([guard] if guard else [], line)
+        return out
 
     def op_Elementwise(self, op) -> list[str]:
         odt = self.dtype(op.out)

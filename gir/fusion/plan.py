@@ -22,6 +22,7 @@ from gir.ir import GIRGraph
 from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
+from gir.ir.vector_access import wide_share
 from gir.backends.kernels import lowering_check
 from gir.rewrite import Step, optimize
 from gir.templates import shape_only
@@ -155,8 +156,8 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread)]
     inside = {id(op) for op in ops}
     outside = {aliases.get(t, t) for op in g.ops if id(op) not in inside for t in op.inputs}
-    outside |= {aliases.get(t, t) for t in g.outputs} | {b.name for k in kernels for b in k.graph.buffers.values()
-                                                       if b.role == "input"}
+    outside |= {aliases.get(t, t) for t in g.outputs} | {aliases.get(b.name, b.name) for k in kernels
+                                                       for b in k.graph.buffers.values() if b.role == "input"}
     fuse = partial(_fuse_group, g, lowers=lowers, limit=limit, cache=cache, aliases=aliases, cands_for=cands_for)
     fused, not_chosen = _fused_groups(g, rest, ops, outside, fuse, cands_for, aliases)
     kernels += fused
@@ -334,7 +335,9 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
         optimized, log = optimize(merged)
         rewrite += time.perf_counter() - start
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
-    ranked.sort(key=lambda k: k.estimate.seconds)  # stable: ties keep the template's order
+    # equal modelled time: the structure whose DRAM bytes move in wider accesses (fewer
+    # instructions and transactions per byte; see gir.ir.vector_access), then the template's order
+    ranked.sort(key=lambda k: (k.estimate.seconds, -wide_share(k.graph)))
     best = ranked[0]
     for k in ranked:
         k.unlowerable = lowers(k.graph)

@@ -1,0 +1,55 @@
+"""Which DRAM accesses can be one 8- or 16-byte access per lane instead of several scalar ones:
+the emitters issue vector loads and stores where this says so, and the planner prefers, between
+structures of equal modelled time, the one whose DRAM bytes move wider.
+
+A Move between DRAM and registers qualifies when each lane's `vec` consecutive elements (lane
+ownership: element k belongs to lane (k // vec) % lanes) sit at consecutive DRAM addresses and
+the first is a multiple of `vec` for every unit: every coefficient of the slice's affine offset
+and its constant are multiples of `vec` (DRAM buffers start 256-byte aligned: arena offsets and
+allocations), and the slice is unmasked (a ragged edge keeps the scalar path). The register side
+(consecutive slots of one lane) is the emitter's to check."""
+from __future__ import annotations
+
+import numpy as np
+
+from .gops import Move
+from .target import DRAM, REGISTER
+
+WIDE_DTYPES = {"float32", "int32"}  # 4-byte elements: vec 2 and 4 are 8 and 16 bytes
+
+
+def vector_width(op, levels: dict, dtypes: dict, lanes: int) -> int:
+    """`vec` when `op`'s DRAM side can be accessed `vec` elements at a time, else 1.
+    `levels` and `dtypes`: buffer name -> memory level and dtype."""
+    vec = getattr(op, "vec", 1)
+    if not isinstance(op, Move) or op.uniform or op.fill is not None or vec not in (2, 4):
+        return 1
+    src_dram, dst_dram = levels[op.src.buffer] == DRAM, levels[op.dst.buffer] == DRAM
+    if src_dram == dst_dram:
+        return 1
+    dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
+    n = op.dst.size
+    if (levels[reg.buffer] != REGISTER or dtypes[dram.buffer] != dtypes[reg.buffer] or dtypes[dram.buffer] not in WIDE_DTYPES
+            or dram.is_masked or n % vec or dram.offset.const % vec or any(c % vec for _, c in dram.offset.terms)):
+        return 1
+    pattern = dram.pattern
+    first = np.arange(0, n, vec)
+    runs = pattern[first[:, None] + np.arange(vec)]
+    if (runs != runs[:, :1] + np.arange(vec)).any() or (runs[:, 0] % vec).any():
+        return 1
+    return vec
+
+
+def wide_share(graph) -> float:
+    """Share of the DRAM bytes a graph's Moves access that vector accesses move (0..1)."""
+    levels = {n: b.level for n, b in graph.buffers.items()}
+    dtypes = {n: b.dtype for n, b in graph.buffers.items()}
+    total = wide = 0
+    for _, op in graph.ops():
+        if not isinstance(op, Move) or DRAM not in (levels[op.src.buffer], levels[op.dst.buffer]):
+            continue
+        nbytes = op.dst.size
+        total += nbytes
+        if vector_width(op, levels, dtypes, graph.target.lanes_per_unit) > 1:
+            wide += nbytes
+    return wide / total if total else 0.0
