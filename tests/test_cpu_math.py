@@ -38,3 +38,18 @@ def test_exp_is_within_one_ulp_and_keeps_the_specials():
 def test_ops_built_on_exp(op, ref):
     x = np.linspace(-30, 30, 10_001, dtype=np.float32)
     np.testing.assert_allclose(_run(op, x), ref(x.astype(np.float64)), rtol=2e-6, atol=1e-6)
+
+
+def test_erf_is_within_three_ulps_and_keeps_the_specials():
+    from math import erf
+    rng = np.random.default_rng(1)
+    specials = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -1.0, 4.0, 3.9, 1e-30, -1e-38]
+    x = np.concatenate([rng.uniform(-6, 6, 100_000), rng.uniform(-1.2, 1.2, 100_000), rng.uniform(-1e-3, 1e-3, 5_000),
+                        specials]).astype(np.float32)
+    y = _run("Erf", x)
+    finite = np.isfinite(x)
+    exact = np.array([erf(float(v)) for v in x[finite]])
+    spacing = np.spacing(np.maximum(np.abs(exact), np.finfo(np.float32).tiny).astype(np.float32)).astype(np.float64)
+    assert (np.abs(y[finite] - exact) / spacing).max() <= 3.0
+    np.testing.assert_array_equal(y[~finite], [1.0, -1.0, np.nan])
+    np.testing.assert_array_equal(np.signbit(y[-8:-6]), [False, True])  # erf(+-0) = +-0
