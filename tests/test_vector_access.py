@@ -50,9 +50,7 @@ def test_ragged_and_scalar_slices_stay_scalar():
     """(4, 33): no vec=4 candidate at all; the vec=1 ones report width 1 and emit no vector type."""
     _, _, cands = _candidates((4, 33), "h100")
     for c in cands:
-        levels = {n: b.level for n, b in c.graph.buffers.items()}
-        dtypes = {n: b.dtype for n, b in c.graph.buffers.items()}
-        assert all(vector_width(o, levels, dtypes, 32) == 1 for _, o in c.graph.ops() if isinstance(o, Move))
+        assert all(vector_width(o, c.graph.buffers) == 1 for _, o in c.graph.ops() if isinstance(o, Move))
         assert "float4" not in _source(c.graph, CudaEmitter).split("__global__", 1)[1]
 
 
@@ -61,12 +59,10 @@ def test_misaligned_offset_is_refused():
     _, _, cands = _candidates((4, 512), "h100")
     c = next(c for c in cands if c.params["vec"] == 4)
     op = next(o for _, o in c.graph.ops() if isinstance(o, Move))
-    levels = {n: b.level for n, b in c.graph.buffers.items()}
-    dtypes = {n: b.dtype for n, b in c.graph.buffers.items()}
-    assert vector_width(op, levels, dtypes, 32) == 4
+    assert vector_width(op, c.graph.buffers) == 4
     shifted = op.__class__(src=op.src.__class__(op.src.buffer, op.src.offset + 1, op.src.shape, op.src.strides),
                            dst=op.dst, fill=op.fill, vec=op.vec, uniform=op.uniform)
-    assert vector_width(shifted, levels, dtypes, 32) == 1
+    assert vector_width(shifted, c.graph.buffers) == 1
 
 
 def test_nvrtc_issues_128_bit_loads_and_stores():

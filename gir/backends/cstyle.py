@@ -185,7 +185,6 @@ def block(header: str, lines: list[str], footer: str = "}") -> list[str]:
     return [header, *["  " + ln for ln in lines], footer]
 
 
-
 def register_segments(k: Kernel) -> list[tuple[range, list[str]]]:
     """The kernel's gOperators cut where no register buffer is live across the cut, each span
     with the register buffers it uses. Declaring arrays only in their span bounds what a C
@@ -205,11 +204,9 @@ def register_segments(k: Kernel) -> list[tuple[range, list[str]]]:
             members.append(firsts[j][0])
             open_until = max(open_until, firsts[j][1][1])
             j += 1
-        if i >= open_until:
+        if i >= open_until:  # no register live past op i: a cut (always true at the last op)
             out.append((range(start, i + 1), members))
             start, members = i + 1, []
-    if start < len(ops):
-        out.append((range(start, len(ops)), members))
     return out or [(range(0), [])]
 
 
@@ -225,6 +222,7 @@ def _elementwise_independent(op) -> bool:
 
 def _declared_name(declaration: str) -> str:
     return declaration.rsplit("[", 1)[0].split()[-1]
+
 
 class CStyle:
     """The shared emitter; dialect subclasses set the class attributes and hooks below."""
@@ -740,12 +738,10 @@ class CStyle:
         """A Move between DRAM and registers as one 8- or 16-byte access per lane, where
         gir.ir.vector_access proves the DRAM side (consecutive, aligned, unmasked) and each
         lane's elements sit in consecutive register slots; None otherwise (the scalar path)."""
-        buffers = self.k.buffers
-        levels = {n: b.level for n, b in buffers.items()}
-        vec = vector_width(op, levels, {n: b.dtype for n, b in buffers.items()}, self.L)
+        vec = vector_width(op, self.k.buffers)
         if vec == 1:
             return None
-        src_dram = levels[op.src.buffer] == DRAM
+        src_dram = self.level(op.src) == DRAM
         dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
         vtype = self.vector_types.get(self.dtype(dram), {}).get(vec)
         n = op.dst.size
@@ -959,12 +955,12 @@ class LoopedLanes:
 
     def reduce_loop(self, op, acc: str, ident: str, x: str) -> list[str]:
         """`acc` = the reduction of `x` (an expression of `g`) over g < group. A long group runs
-        in blocks of BLOCK elements, each over ACCUMULATORS independent partials of consecutive
+        in blocks of ACCUMULATORS x BLOCK_STEPS elements, each over ACCUMULATORS independent partials of consecutive
         elements combined as a tree, the block results then in order: one serial chain would
         run at one add per FP latency, would not vectorise without reassociating (which C
         forbids), and loses accuracy linearly in its length (a sum of 1,001 floats was 3e-4
-        off; 200,000 x 0.1 2e-3). Rounding error now grows with BLOCK / ACCUMULATORS plus
-        group / BLOCK."""
+        off; 200,000 x 0.1 2e-3). Rounding error now grows with BLOCK_STEPS plus the
+        number of blocks."""
         G, A, ct = op.group, self.ACCUMULATORS, self.ctype(acc)
         if G < 2 * A:
             return [f"{ct} acc = {ident};",

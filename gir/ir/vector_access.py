@@ -12,24 +12,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dtypes import itemsize
 from .gops import Move
 from .target import DRAM, REGISTER
 
 WIDE_DTYPES = {"float32", "int32"}  # 4-byte elements: vec 2 and 4 are 8 and 16 bytes
 
 
-def vector_width(op, levels: dict, dtypes: dict, lanes: int) -> int:
+def vector_width(op, buffers: dict) -> int:
     """`vec` when `op`'s DRAM side can be accessed `vec` elements at a time, else 1.
-    `levels` and `dtypes`: buffer name -> memory level and dtype."""
+    `buffers`: buffer name -> Buffer (a graph's or a kernel's)."""
     vec = getattr(op, "vec", 1)
     if not isinstance(op, Move) or op.uniform or op.fill is not None or vec not in (2, 4):
         return 1
-    src_dram, dst_dram = levels[op.src.buffer] == DRAM, levels[op.dst.buffer] == DRAM
+    src_dram, dst_dram = buffers[op.src.buffer].level == DRAM, buffers[op.dst.buffer].level == DRAM
     if src_dram == dst_dram:
         return 1
     dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
     n = op.dst.size
-    if (levels[reg.buffer] != REGISTER or dtypes[dram.buffer] != dtypes[reg.buffer] or dtypes[dram.buffer] not in WIDE_DTYPES
+    dtype = buffers[dram.buffer].dtype
+    if (buffers[reg.buffer].level != REGISTER or buffers[reg.buffer].dtype != dtype or dtype not in WIDE_DTYPES
             or dram.is_masked or n % vec or dram.offset.const % vec or any(c % vec for _, c in dram.offset.terms)):
         return 1
     pattern = dram.pattern
@@ -42,14 +44,13 @@ def vector_width(op, levels: dict, dtypes: dict, lanes: int) -> int:
 
 def wide_share(graph) -> float:
     """Share of the DRAM bytes a graph's Moves access that vector accesses move (0..1)."""
-    levels = {n: b.level for n, b in graph.buffers.items()}
-    dtypes = {n: b.dtype for n, b in graph.buffers.items()}
+    buffers = graph.buffers
     total = wide = 0
     for _, op in graph.ops():
-        if not isinstance(op, Move) or DRAM not in (levels[op.src.buffer], levels[op.dst.buffer]):
+        if not isinstance(op, Move) or DRAM not in (buffers[op.src.buffer].level, buffers[op.dst.buffer].level):
             continue
-        nbytes = op.dst.size
+        nbytes = op.dst.size * itemsize(buffers[op.dst.buffer].dtype)
         total += nbytes
-        if vector_width(op, levels, dtypes, graph.target.lanes_per_unit) > 1:
+        if vector_width(op, buffers) > 1:
             wide += nbytes
     return wide / total if total else 0.0

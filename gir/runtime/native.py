@@ -18,7 +18,6 @@ from gir.backends.cpu.compiler import build
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import split_kernels
 from gir.frontend.basic import BasicOp
-from gir.ir import Gather
 from gir.ir.dtypes import np_dtype
 
 from .indices import GatherIndexError, gather_origins
@@ -81,7 +80,7 @@ class NativeCpuEngine:
             self.call_steps.append(i)
             fn = getattr(lib, k.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
-            if any(isinstance(op, Gather) for _, op in k.ops):
+            if k.gathers:
                 self.gathers[len(self.calls)] = gather_origins(plan, plan.steps[i].ops)
             self.calls.append((fn, [self._address(*locate(plan, memory, i, b)) for b in k.params]))
         self.fresh = output_roots(plan)
