@@ -32,6 +32,7 @@ KINDS = {
     "cuda": "NVRTC PTX and cubin, by source and architecture",
     "hip": "hiprtc code objects, by source and architecture",
     "native": "shared libraries of the CPU backend and of the CPU harness, by source",
+    "calibration": "measured constants of this CPU (`gir calibrate`), by CPU model and flags",
 }
 _MAGIC = b"GIRCACHE1\n"
 

@@ -129,6 +129,7 @@ def cmd_targets(args) -> int:
 def explain_data(result, node: str | None = None) -> dict:
     """Everything `gir explain` shows, as plain data (also its --json form)."""
     from gir.ir import to_text
+    from gir.ir.vector_access import wide_share
     subgraphs = []
     for i, sub in enumerate(result.subgraphs):
         names = [op.name for op in sub.ops]
@@ -140,6 +141,10 @@ def explain_data(result, node: str | None = None) -> dict:
                 "name": k.name, "ops": k.ops, "launches": k.estimate.kernels, "reused": k.reused,
                 "explored_structures": k.explored, "modelled_us": round(k.estimate.seconds * 1e6, 3),
                 "bound": k.estimate.bound, "dram_bytes": k.estimate.dram_bytes,
+                "modelled_peak_share": round(k.estimate.bandwidth_share(result.target), 4),
+                "threads_per_block": k.graph.prim.units_per_block * result.target.lanes_per_unit,
+                "blocks": k.graph.prim.num_blocks, "occupancy": round(k.estimate.occupancy, 3),
+                "wide_access_share": round(wide_share(k.graph), 4), "bytes_in_flight": k.estimate.bytes_in_flight,
                 "rules": [str(s) for s in k.log], "gir_before": to_text(k.before), "gir_after": to_text(k.graph),
             })
         subgraphs.append({"index": i, "ops": names, "unfused_dram_bytes": sub.unfused_bytes,
@@ -176,7 +181,9 @@ def cmd_explain(args) -> int:
             print(f"  above bound: {e['bytes']} bytes of {e['tensor']}: {e['reason']}" + (f" ({e['detail']})" if e["detail"] else ""))
         for k in sub["kernels"]:
             print(f"  kernel {k['name'][:90]}: {len(k['ops'])} ops, {k['launches']} launch(es), modelled {k['modelled_us']} us "
-                  f"({k['bound']}-bound){' [reused]' if k['reused'] else ''}")
+                  f"({k['bound']}-bound), {k['modelled_peak_share']:.0%} of peak DRAM bandwidth (modelled), "
+                  f"{k['blocks']} x {k['threads_per_block']} threads, occupancy {k['occupancy']:.0%}, "
+                  f"{k['wide_access_share']:.0%} of DRAM access bytes wide{' [reused]' if k['reused'] else ''}")
             if args.node or args.verbose:
                 for rule in k["rules"]:
                     print(f"    rule {rule}")
@@ -413,6 +420,27 @@ def cmd_cache_clear(args) -> int:
     return EXIT_OK
 
 
+def cmd_calibrate(args) -> int:
+    """Measure this CPU's constants for the time model and store them with the compile cache."""
+    from gir.backends.cpu.calibration import measure, save, stored
+    if args.show:
+        cal = stored()
+        if cal is None:
+            print("this CPU is not calibrated: the cpu target uses nominal figures (run `gir calibrate`)")
+        else:
+            print(json.dumps(cal.__dict__, indent=1))
+        return EXIT_OK
+    say = (lambda *_: None) if args.quiet else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    if not args.quiet:
+        print("calibrating the cpu target (copy bandwidth, launch cost, issue rate; about 10 s)", file=sys.stderr)
+    cal = measure(progress=say)
+    path = save(cal)
+    print(f"calibrated {cal.cpu}: copy {cal.copy_bandwidth / 1e9:.1f} GB/s with {cal.threads} threads, "
+          f"{cal.unit_bandwidth / 1e9:.1f} GB/s with one, launch {cal.launch_s * 1e6:.1f} us, "
+          f"{cal.issue_per_s / 1e9:.1f} G SIMD instructions/s per thread; stored in {path}")
+    return EXIT_OK
+
+
 def cmd_port_new(args) -> int:
     from gir.backends.scaffold import ScaffoldError, new_backend
     try:
@@ -492,6 +520,10 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="machine-readable output")
     q.set_defaults(fn=cmd_cache_info)
     actions.add_parser("clear", help="remove every entry").set_defaults(fn=cmd_cache_clear)
+    p = sub.add_parser("calibrate", help="measure this CPU for the time model (stored with the compile cache)")
+    p.add_argument("--show", action="store_true", help="print the stored figures instead of measuring")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("port", help="porting kit (docs/PORTING.md)")
     q = p.add_subparsers(dest="action", required=True).add_parser("new", help="scaffold a backend folder")
     q.add_argument("name", help="the backend's name (a Python package name)")

@@ -5,9 +5,10 @@ CPU emitter (all in one C file, one cc call), checked against onnxruntime and ti
 gives Kendall tau-b and Spearman between modelled and measured time, and where the model's pick
 lands among the measured best.
 
-    python scripts/perf_model_rank.py [--subgraph softmax|layernorm|gelu] [--count 40] [--out results/perf_model_rank]
+    python scripts/perf_model_rank.py [--subgraph softmax|layernorm|gelu|dwconv_silu|gemv] [--count 40] [--out results/perf_model_rank]
 
-How the candidates are formed: the subgraph's basic operators are a chain in program order.
+How the candidates are formed, for softmax, layernorm and gelu: the subgraph's basic operators
+are a chain in program order.
 The search (gir/fusion/plan.py) groups them greedily while they share a parallel structure and
 ranks, per group, every structure common to its operators (`common_structures`), rewritten. On
 the CPU target that is only a handful (one unit per block, no shared memory), so the set is
@@ -16,6 +17,11 @@ groups: per group, each common structure, rewritten, and for groups of several o
 un-rewritten (merged with device syncs, intermediates through DRAM). First come the search's
 pick and every structure of the whole chain fused (when it fuses), then seeded draws (a split
 uniformly, then one option per group uniformly), no duplicates.
+
+For dwconv_silu and gemv (a conv or matmul lowered into layouts folded into a product and a
+reduction): `plan()` itself runs with its structure search recorded (`plan_space`), and the
+same space is built over the ops of the one kernel it plans, from the candidates the planner
+offered each op (they read through the folded layouts).
 """
 from __future__ import annotations
 
@@ -49,9 +55,12 @@ SUBGRAPHS = {  # name: (full shape, what it is)
     "softmax": ((1, 12, 128, 128), "BERT-base attention softmax"),
     "layernorm": ((1, 128, 768), "BERT-base LayerNorm"),
     "gelu": ((1, 128, 3072), "BERT-base FFN bias + GELU(erf)"),
+    "dwconv_silu": ((1, 144, 56, 56), "EfficientNet-B0 depthwise 3x3 conv + bias + SiLU"),
+    "gemv": ((1, 1, 768, 8192), "GPT-2 decode GEMV (x [1, 768] @ W [768, 8192]) + bias"),
 }
+CHAINS = ("softmax", "layernorm", "gelu")  # chains of elementwise and reduce ops: the split space
 ROTATE_BYTES = 32 << 20  # input/output sets cycled through per timed call: well above L2 (2 MiB a core here)
-PARTS = ("dram", "shared", "compute", "barrier", "launch")
+PARTS = ("dram", "latency", "shared", "compute", "barrier", "launch")
 
 
 def subgraph_model(kind: str, shape: tuple[int, ...]):
@@ -63,6 +72,19 @@ def subgraph_model(kind: str, shape: tuple[int, ...]):
     elif kind == "layernorm":
         nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-12)]
         inits = [const("gamma", rng.normal(1, 0.1, last)), const("beta", rng.normal(0, 0.1, last))]
+    elif kind == "dwconv_silu":
+        c = shape[1]
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1] * 4, group=c),
+                 helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+        inits = [const("w", rng.normal(0, 0.3, (c, 1, 3, 3))), const("b", rng.normal(0, 0.1, c))]
+    elif kind == "gemv":
+        m, k, n = shape[-3:] if len(shape) > 3 else (1, *shape[-2:])
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"])]
+        inits = [const("w", rng.normal(0, 0.05, (k, n))), const("b", rng.normal(0, 0.1, n))]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])
+        return helper.make_model(helper.make_graph(nodes, kind, [x], [y], inits), ir_version=10,
+                                 opset_imports=[helper.make_opsetid("", 17)])
     else:
         names = [("Add", ["x", "bias"], "h"), ("Div", ["h", "sqrt2"], "d"), ("Erf", ["d"], "e"),
                  ("Add", ["e", "one"], "a"), ("Mul", ["h", "a"], "m"), ("Mul", ["m", "half"], "y")]
@@ -86,9 +108,11 @@ class Space:
     """Every kernel sequence the search's machinery builds for the chain: a split into
     consecutive groups, and per group one of its options. Graphs are built on demand."""
 
-    def __init__(self, graph, target):
-        self.graph, self.target, self.ops = graph, target, graph.ops
-        self.per_op = [candidates(op, graph.tensors, target).candidates for op in self.ops]
+    def __init__(self, graph, target, ops=None, per_op=None):
+        """`ops` and `per_op`: a chain inside `graph` and the candidates of its ops (default:
+        all of graph's ops, each op's own template candidates)."""
+        self.graph, self.target, self.ops = graph, target, graph.ops if ops is None else ops
+        self.per_op = per_op or [candidates(op, graph.tensors, target).candidates for op in self.ops]
         self._choices, self._graphs = {}, {}
 
     def choices(self, start: int, stop: int) -> list:
@@ -128,6 +152,30 @@ class Space:
         short = [op.name.rsplit("/", 1)[-1].rsplit("_", 1)[0] for op in self.ops[o.start:o.stop]]
         labels = "/".join(_short_label(c) for c in self.choices(o.start, o.stop)[o.family])
         return f"[{'+'.join(short)}] {labels}{'' if o.rewritten else ' (not rewritten)'}"
+
+
+def plan_space(graph, target) -> "Space":
+    """The chain space of a subgraph that is not a plain chain of ops (a conv or matmul lowered
+    into layouts folded into a product and a reduction): `plan()` runs once with its structure
+    search recorded, and the space is built over the one fused group it forms, from the
+    candidates the planner offered each op (reading through folded layouts)."""
+    import gir.fusion.plan as planner
+    offered, original = [], planner.common_structures
+
+    def recording(per_op):
+        offered.append(per_op)
+        return original(per_op)
+    planner.common_structures = recording
+    try:
+        result = planner.plan(graph, target, limit=2)
+    finally:
+        planner.common_structures = original
+    if len(result.kernels) != 1 or len(offered) != 1:
+        raise ValueError(f"{graph.model_name}: the plan has {len(result.kernels)} kernels from {len(offered)} fused groups; "
+                         "this experiment needs exactly one")
+    by_name = {op.name: op for op in result.graph.ops}
+    ops = [by_name[name] for name in result.kernels[0].ops]
+    return Space(result.graph, target, ops, offered[0])
 
 
 def _short_label(cand) -> str:
@@ -327,11 +375,16 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
     shape = tuple(shape or SUBGRAPHS[kind][0])
     model, target = subgraph_model(kind, shape), get_target("cpu")
     graph = load(model)
-    if any(op.kind not in ("elementwise", "reduce") for op in graph.ops):
-        raise ValueError(f"{kind}: expected a chain of elementwise and reduce ops")
     start = time.perf_counter()
-    space = Space(graph, target)
-    chosen = select(space, count, seed)
+    if kind in CHAINS:
+        if any(op.kind not in ("elementwise", "reduce") for op in graph.ops):
+            raise ValueError(f"{kind}: expected a chain of elementwise and reduce ops")
+        space = Space(graph, target)
+        chosen = select(space, count, seed)
+    else:
+        space = plan_space(graph, target)
+        graph = space.graph
+        chosen = select(space, count, seed)
     options = list(dict.fromkeys(o for seq in chosen for o in seq))
     fns, failed = build_kernels(space, options, CpuEmitter(target))
     build_s = time.perf_counter() - start
@@ -436,13 +489,13 @@ def note(result: dict, command: str) -> str:
                   f"fastest call instead of the median {a['kendall_tau_b_min']:.3f}. The search's pick "
                   f"(#0) is measured rank {a['search_pick_measured_rank']}, {a['search_pick_slowdown'] or float('nan'):.2f}x "
                   f"the fastest.", ""]
-    lines += ["| id | candidate (groups: ops, structure per op) | kernels | model us | dram | compute | launch "
-              "| measured us (p25-p75) | GB/s | model rank | measured rank |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| id | candidate (groups: ops, structure per op) | kernels | model us | dram | latency | compute | launch "
+              "| measured us (p25-p75) | GB/s | model rank | measured rank |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(result["rows"], key=lambda r: r["measured"]["median_s"]):
         m, s = r["model"], r["measured"]
         us = lambda x: f"{x * 1e6:.1f}"
         lines.append(f"| {r['id']}{' (search pick)' if r['search_pick'] else ''} | {r['candidate']} | {m['kernels']} | "
-                     f"{us(m['seconds'])} | {us(m['dram'])} | {us(m['compute'])} | {us(m['launch'])} | "
+                     f"{us(m['seconds'])} | {us(m['dram'])} | {us(m['latency'])} | {us(m['compute'])} | {us(m['launch'])} | "
                      f"{us(s['median_s'])} ({us(s['p25_s'])}-{us(s['p75_s'])}) | {m['dram_bytes'] / s['median_s'] / 1e9:.1f} | "
                      f"{r['model_rank']:g} | {r['measured_rank']:g} |")
     if result["skipped"]:

@@ -149,6 +149,9 @@ def template_jobs(case: str):
 FUSED_BUILDERS = {"fused": lambda model, shape, target, structure: fused_graph(model, shape, get_target(target), structure)}
 FUSED = [(m, s, t, None) for m in ("softmax", "layernorm", "gelu") for s in ((3, 5, 70), (2, 300)) for t in TARGETS
          if not (t == "cpu" and s == (2, 300) and m != "gelu")]  # fuse() finds no common CPU structure there
+# Rows a multiple of 4 x lanes: on the GPUs the chosen structures load and store 16 bytes per
+# lane, reductions included (vec 4 placement end to end).
+FUSED += [(m, (4, 256), t, None) for m in ("softmax", "layernorm", "gelu") for t in ("h100", "mi250x")]
 FUSED += [("softmax", (2, 300), "h100", "block"), ("softmax", (2, 300), "mi250x", "block"),
           ("layernorm", (3, 5, 70), "h100", "unit"), ("layernorm", (3, 5, 70), "mi250x", "lane")]
 

@@ -1,9 +1,10 @@
 """Fusing a group of basic operators into one GIR-Graph: pick one candidate per operator so
 that all share a parallel primitive, merge them, rewrite, and keep the best result.
 
-"Best" is measured, not guessed: fewest DRAM bytes after rewriting, then fewest device syncs
-(kernel boundaries), then fewest gOperators. The graph-level search ranks with the
-performance model instead; this is the exhaustive inner step it calls per group.
+"Best" is what the planner's search (gir/fusion/plan.py) would keep: the structures it
+shortlists, rewritten, ranked by the same time model (gir/fusion/perf.py); ties go to fewer
+DRAM bytes, then fewer device syncs, then fewer gOperators. Tests use this to fuse a chain the
+way production does without planning a whole model.
 """
 from __future__ import annotations
 
@@ -64,11 +65,21 @@ def aligned(per_op: list[list[Candidate]]) -> list[tuple[list[Candidate], tuple]
         if key not in families or key in seen:
             continue
         seen.add(key)
-        chosen = [next(c for c in cands if family(c.graph.prim) == key) for cands in per_op]
+        chosen = _one_lane_placement([[c for c in cands if family(c.graph.prim) == key] for cands in per_op])
         grid = common_refinement([c.graph.prim.grid for c in chosen])
         if grid is not None:
             out.append((chosen, grid))
     return out
+
+
+def _one_lane_placement(in_family: list[list[Candidate]]) -> list[Candidate]:
+    """Per op, its first candidate of the family at the widest vector width every op offers
+    (templates list their preferred width first): ops that place elements on lanes alike can
+    hand each other registers once merged, where mixed widths would re-read a shared input."""
+    offered = [{c.params.get("vec", 1) for c in cands} for cands in in_family]
+    common = set.intersection(*offered)
+    width = max(common) if common else 1
+    return [next((c for c in cands if c.params.get("vec", 1) == width), cands[0]) for cands in in_family]
 
 
 def _on_grid(cand: Candidate, grid) -> Candidate:
@@ -81,14 +92,16 @@ def fuse(graph: BasicGraph, ops: list[BasicOp], target: Target, limit: int = 8) 
     if not choices:
         raise FusionError(f"{graph.model_name}: no parallel structure common to {[op.name for op in ops]}")
     escaping = escaping_tensors(graph, ops)
+    from .perf import estimate
+    from .plan import shortlist
     best, explored = None, 0
-    for chosen in choices[:limit]:
+    for chosen in shortlist(choices, limit):
         merged = merge_graphs("+".join(op.name for op in ops), [c.graph for c in chosen], escaping)
         optimized, log = optimize(merged)
         explored += 1
         fused = Fused(ops, chosen, merged, optimized, log)
         traffic = level_bytes(optimized)
-        key = (traffic["read"] + traffic["write"], fused.device_syncs, len(optimized))
+        key = (estimate(optimized).seconds, traffic["read"] + traffic["write"], fused.device_syncs, len(optimized))
         if best is None or key < best[0]:
             best = (key, fused)
     best[1].explored = explored

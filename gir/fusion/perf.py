@@ -1,25 +1,48 @@
-"""Analytical performance model of one GIR-Graph (one or more kernels on one primitive).
+"""Time model of one GIR-Graph (one or more kernels on one primitive): what the search ranks
+candidates by.
 
-time = max(DRAM, on-chip shared traffic, arithmetic) + block barriers + kernel launches, with
-DRAM bandwidth derated when too few units run to keep the memory system busy. Occupancy comes
-from the registers and shared memory each unit needs. The constants below are modelling
-assumptions, not measurements; the ranking they produce is what the search uses, and
-`scripts/perf_model_rank.py` checks the ranking against measured times.
+Per kernel, the time of its memory-intensive core is the (smoothed) largest of
+  - DRAM: distinct bytes over the achievable copy bandwidth, plus re-reads over the cache's;
+  - latency (Little's law): the rounds of dependent DRAM reads each unit makes, times the waves
+    of units the processors hold, times the DRAM latency. Equivalently, the bandwidth the bytes
+    in flight sustain is resident units x lanes x bytes each lane has outstanding / latency.
+    On a CPU, whose prefetchers stream for a thread, the bytes over what the threads stream;
+  - issue: unit-instructions (load and store instructions, which vector accesses divide by
+    their width; arithmetic weighted by what each operation compiles to; shuffle trees) over
+    what the processors issue, no faster than each unit's dependent-latency allows;
+  - shared memory traffic over its bandwidth;
+then block barriers and kernel launches are added. Resident units come from the registers and
+shared memory each unit needs and the target's resident-block limit. Every hardware constant
+is data in the target (`Target.timing`, gir/ir/target.py, with its source); the CPU's are
+measured by `gir calibrate`. The smoothing (a 4-norm instead of a max) models that the terms
+overlap imperfectly: two near-equal limits each cost a little, so more bytes in flight or fewer
+instructions always help a little, which is what a ranking needs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import ceil
+from dataclasses import dataclass, field
+from math import ceil, log2
 
-from gir.ir import DEVICE, BLOCK, GIRGraph, Sync
+from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
+from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes
-from gir.ir.target import DRAM, SHARED
+from gir.ir.dtypes import itemsize
+from gir.ir.expr import Call, postorder
+from gir.ir.gops import Broadcast, Elementwise, Gather, Move, Reduce
+from gir.ir.target import DRAM, REGISTER, SHARED
 from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
+from gir.ir.vector_access import vector_width
+from gir.rewrite.tidy import tidy_slice
 
-REGISTER_FILE_BYTES = 256 * 1024   # per SM / CU (64K 32-bit registers on NVIDIA and CDNA)
-SATURATING_UNITS = 16              # resident units per processor that keep a GPU's DRAM busy
-BARRIER_SECONDS = 40e-9            # one block barrier, per wave of blocks
-CACHED_REREAD_SPEEDUP = 3.0        # repeated DRAM reads (broadcast operands) served by L2
+REGISTER_FILE_BYTES = 256 * 1024  # per SM / CU: 64K 32-bit registers on NVIDIA (sm_80, sm_90) and CDNA
+SMOOTHING = 4                     # the norm that combines the overlapped terms
+UNIT_SETUP = 12                   # unit-instructions every unit spends on its indices (prologue)
+ADDRESS = 1                       # unit-instructions of address arithmetic per memory instruction
+# Unit-instructions per element of each operation, as the emitters' fp32 code compiles (fast
+# paths of libdevice / ocml and GIR's C prelude): counted from typical SASS and x86 listings,
+# not measured per target. Anything not listed costs 1.
+OP_COST = {"div": 8, "recip": 4, "sqrt": 4, "rsqrt": 2, "exp": 8, "log": 10, "tanh": 16, "erf": 16,
+           "sigmoid": 12, "pow": 24, "sin": 16, "cos": 16, "mod": 10}
 
 
 @dataclass
@@ -28,50 +51,156 @@ class Estimate:
     dram_bytes: int
     kernels: int
     occupancy: float    # resident units per processor / max
-    bound: str          # what dominates: dram, shared, compute, launch
-    parts: dict         # seconds per term: dram, shared, compute, barrier, launch
+    bound: str          # what dominates: dram, latency, compute (issue), shared, launch
+    parts: dict         # seconds per term: dram, latency, compute, shared, barrier, launch
     dram_by_buffer: dict  # dram_bytes per ("read" or "write", buffer)
+    bytes_in_flight: int = 0       # DRAM read bytes outstanding over the device at once
+    instructions: int = 0          # unit-instructions per unit
+    notes: dict = field(default_factory=dict)
+
+    def bandwidth_share(self, target) -> float:
+        """Modelled DRAM bytes per modelled second, as a share of the nominal peak."""
+        return self.dram_bytes / self.seconds / target.dram_bandwidth if self.seconds else 0.0
 
     def __str__(self):
         return f"{self.seconds * 1e6:.2f} us ({self.bound}-bound, {self.kernels} kernel(s), occupancy {self.occupancy:.0%})"
 
 
 def estimate(graph: GIRGraph) -> Estimate:
-    t, prim = graph.target, graph.prim
     by_buffer = dram_footprint_by_buffer(graph)
-    unique = sum(by_buffer.values())
-    accesses = sum(level_bytes(graph, DRAM).values())
+    return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM))
+
+
+def quick_estimate(graph: GIRGraph) -> Estimate:
+    """`estimate` with every DRAM access counted whole (no distinct-byte count, masks ignored),
+    at a small fraction of its cost: what the search shortlists a group's structures by."""
+    traffic = {"read": 0, "write": 0}
+    for _, key, s, buf in accesses_at(graph, DRAM):
+        traffic[key] += s.size * graph.prim.num_units * itemsize(buf.dtype)
+    return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic)
+
+
+def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict) -> Estimate:
+    t, prim = graph.target, graph.prim
+    tm = t.timing
+    accesses = traffic["read"] + traffic["write"]
     shared = sum(level_bytes(graph, SHARED).values()) if t.has_level(SHARED) else 0
-    flops = _flops(graph)
-    per_unit_regs = max(register_bytes_per_lane(graph), 4) * t.lanes_per_unit
-    smem = shared_bytes_per_block(graph)
-    resident = min(t.max_units_per_processor, REGISTER_FILE_BYTES // per_unit_regs)
-    if smem:
-        resident = min(resident, (t.shared_bytes_per_block // smem) * prim.units_per_block)
-    resident = max(resident, 1)
-    concurrent = min(prim.num_units, resident * t.processors)
-    saturating = min(SATURATING_UNITS, t.max_units_per_processor)  # a CPU core: its one thread
-    efficiency = min(1.0, concurrent / (saturating * t.processors))
-    dram_s = unique / (t.dram_bandwidth * efficiency) + (accesses - unique) / (t.dram_bandwidth * CACHED_REREAD_SPEEDUP)
+
+    per_block, resident_units = _residency(graph)
+    concurrent_blocks = min(prim.num_blocks, per_block * t.processors)
+    concurrent_units = concurrent_blocks * prim.units_per_block
+    waves = ceil(prim.num_blocks / (per_block * t.processors))
+    program = _program(graph)
+
+    dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + max(0, accesses - unique) / tm.cache_bandwidth
+    if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
+        latency_s = accesses / (concurrent_units * tm.unit_bandwidth)
+        in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
+    else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
+        in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
+        latency_s = max(program.rounds * tm.dram_latency_s,
+                        traffic["read"] * tm.dram_latency_s / in_flight if in_flight else 0.0)
+    per_processor = concurrent_units / t.processors
+    issue_rate = t.processors * tm.clock_hz * min(tm.issue_per_clock, per_processor / tm.alu_latency_cycles)
+    compute_s = program.instructions * prim.num_units / issue_rate
     shared_s = shared / t.level(SHARED).bandwidth_bytes_per_s if shared else 0.0
-    compute_s = flops / t.peak_flops
-    waves = ceil(prim.num_blocks / max(1, (resident // prim.units_per_block) * t.processors))
+    parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s}
+    core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
+    bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
-    parts = {"dram": dram_s, "shared": shared_s, "compute": compute_s}
-    bound = max(parts, key=parts.get)
-    overlapped = max(parts.values())
-    parts |= {"barrier": barriers * waves * BARRIER_SECONDS, "launch": kernels * t.launch_latency_s}
-    if parts["launch"] > overlapped:
+    parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": kernels * t.launch_latency_s}
+    if parts["launch"] > core:
         bound = "launch"
-    return Estimate(overlapped + parts["barrier"] + parts["launch"], unique, kernels,
-                    resident / t.max_units_per_processor, bound, parts, by_buffer)
+    return Estimate(core + parts["barrier"] + parts["launch"], unique, kernels,
+                    resident_units / t.max_units_per_processor, bound, parts, by_buffer,
+                    bytes_in_flight=in_flight, instructions=int(program.instructions),
+                    notes={"waves": waves, "rounds": program.rounds, "blocks_per_processor": per_block})
 
 
-def _flops(graph: GIRGraph) -> int:
-    total = 0
+def _residency(graph: GIRGraph) -> tuple[int, int]:
+    """(resident blocks per processor, resident units per processor): the least of what the
+    registers, the shared memory, the unit slots and the resident-block limit allow."""
+    t, prim = graph.target, graph.prim
+    upb = prim.units_per_block
+    per_unit_regs = max(register_bytes_per_lane(graph), 4) * t.lanes_per_unit
+    limits = [t.timing.max_blocks_per_processor, t.max_units_per_processor // upb]
+    if t.has_level(SHARED) or t.lanes_per_unit > 1 and t.max_units_per_processor > 1:
+        limits.append(REGISTER_FILE_BYTES // (per_unit_regs * upb))
+    smem = shared_bytes_per_block(graph)
+    if smem:
+        limits.append(t.shared_bytes_per_block // smem)
+    blocks = max(1, min(limits))
+    return blocks, blocks * upb
+
+
+@dataclass
+class _Program:
+    instructions: float = UNIT_SETUP  # unit-instructions per unit
+    rounds: int = 0                   # dependent DRAM read round trips per unit
+    read_bytes: int = 0               # DRAM bytes one unit reads
+
+
+def _program(graph: GIRGraph) -> _Program:
+    """Walk one unit's program in order: count its unit-instructions, and group its DRAM reads
+    into rounds (reads issued before any use of an earlier read share a round, up to
+    `loads_in_flight_per_lane` instructions per lane)."""
+    t, buffers = graph.target, graph.buffers
+    lanes, cap = t.lanes_per_unit, t.timing.loads_in_flight_per_lane
+    p = _Program()
+    pending, used = 0, True
+
+    def per_lane(op, s) -> int:
+        return s.size if op.uniform else ceil(s.size / lanes)
+
     for _, op in graph.ops():
         if isinstance(op, Sync):
+            if op.scope == UNIT:
+                p.instructions += 1
+            used = True
             continue
-        total += op.flops_per_output() * op.writes()[0].size * graph.prim.num_units
-    return total
+        reads_dram = any(buffers[s.buffer].level == DRAM for s in op.reads())
+        if isinstance(op, Move):
+            width = vector_width(_without_trivial_masks(op, graph.prim), buffers)
+            if width * itemsize(buffers[op.dst.buffer].dtype) > t.timing.widest_access_bytes:
+                width = 1
+            accesses = ceil(per_lane(op, op.dst) / width)
+            masked = op.src.is_masked or op.dst.is_masked
+            p.instructions += accesses * (1 + ADDRESS + masked)
+            if reads_dram:
+                if used:
+                    p.rounds, pending, used = p.rounds + 1, 0, False
+                pending += accesses
+                while pending > cap:
+                    p.rounds, pending = p.rounds + 1, pending - cap
+                p.read_bytes += op.dst.size * itemsize(buffers[op.src.buffer].dtype)
+            elif buffers[op.src.buffer].level == REGISTER:
+                used = True
+            continue
+        used = True
+        if isinstance(op, Gather):  # its address needs the index: a round of its own
+            p.rounds += 1
+            p.read_bytes += op.dst.size * itemsize(buffers[op.src.buffer].dtype)
+            p.instructions += per_lane(op, op.dst) * (2 + ADDRESS)
+        elif isinstance(op, Elementwise):
+            p.instructions += per_lane(op, op.out) * _expr_cost(op.expr)
+        elif isinstance(op, Reduce):
+            p.instructions += per_lane(op, op.src) if not op.uniform else ceil(op.src.size / lanes)
+            if op.uniform and op.group > 1 and lanes > 1:  # a shuffle tree per output
+                p.instructions += op.dst.size * 2 * ceil(log2(min(lanes, op.group)))
+        elif isinstance(op, Broadcast):
+            p.instructions += per_lane(op, op.dst) / 2
+    return p
+
+
+def _without_trivial_masks(op: Move, prim) -> Move:
+    """The Move with masks that hold for every unit dropped (as the rewriter's tidy pass does),
+    so that a structure not yet rewritten shows the vector width it will have."""
+    if not (op.src.is_masked or op.dst.is_masked):
+        return op
+    return op.with_slices({s: tidy_slice(s, prim) for s in (op.src, op.dst)})
+
+
+def _expr_cost(expr) -> int:
+    return sum(OP_COST.get(n.op, 1) for n in postorder(expr) if isinstance(n, Call))
+

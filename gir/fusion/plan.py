@@ -34,7 +34,7 @@ from .group import aligned, common_structures
 from .chains import compose_elementwise_runs
 from .merge import merge_graphs, rename_op
 from .partition import LIBRARY_KINDS, Partition, partition
-from .perf import Estimate, estimate
+from .perf import Estimate, estimate, quick_estimate
 from .commute import pooling_before_monotone_ops
 from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
@@ -217,9 +217,23 @@ def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases)
     best, not_chosen = kernels_of(direct), []
     if folded != direct:
         other, not_chosen = kernels_of(folded), folded
-        if _modelled(other) < _modelled(best):
+        if _clearly_faster(_modelled(other), _modelled(best)):
             best, not_chosen = other, direct
     return best, not_chosen
+
+
+# A modelled difference smaller than this share is no difference: the model's constants are
+# rounded figures, and a tie keeps the simpler grouping (no device sync inside a kernel).
+RANK_TOLERANCE = 0.01
+
+
+def _clearly_faster(a: tuple, b: tuple) -> bool:
+    """`a` ranks before `b`: lowerable first, then modelled time beyond the tolerance, then bytes."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if abs(a[1] - b[1]) > RANK_TOLERANCE * max(a[1], b[1]):
+        return a[1] < b[1]
+    return a[2] < b[2]
 
 
 def _modelled(kernels: list[Kernel]) -> tuple[bool, float, int]:
@@ -326,18 +340,16 @@ def _fuse_group(g, ops, *, lowers, limit, cache, aliases, cands_for, escaping) -
 
 
 def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
-    """The fastest of the first `limit` choices by the performance model, among those the
+    """The fastest of `limit` shortlisted choices by the performance model, among those the
     target's emitter lowers (when none does, the fastest: emitting it names the problem)."""
     ranked, rewrite = [], 0.0
-    for chosen in choices[:limit]:
+    for chosen in shortlist(choices, limit):
         merged = chosen[0].graph if escaping is None else merge_graphs(name, [c.graph for c in chosen], escaping)
         start = time.perf_counter()
         optimized, log = optimize(merged)
         rewrite += time.perf_counter() - start
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
-    # equal modelled time: the structure whose DRAM bytes move in wider accesses (fewer
-    # instructions and transactions per byte; see gir.ir.vector_access), then the template's order
-    ranked.sort(key=lambda k: (k.estimate.seconds, -wide_share(k.graph)))
+    ranked = _ranked(ranked)
     best = ranked[0]
     for k in ranked:
         k.unlowerable = lowers(k.graph)
@@ -346,6 +358,32 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
             break
     best.explored, best.rewrite_seconds = len(ranked), rewrite
     return best
+
+
+def _ranked(kernels: list[Kernel]) -> list[Kernel]:
+    """Fastest first. Within RANK_TOLERANCE of the fastest the model calls it a tie, which goes
+    to the structure whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then
+    to more threads per block (more warps resident under the block limit, latency the model
+    does not see hidden), then to the modelled time and the template's order."""
+    fastest = min(k.estimate.seconds for k in kernels)
+
+    def key(k):
+        if k.estimate.seconds > fastest * (1 + RANK_TOLERANCE):
+            return (1, 0.0, 0, k.estimate.seconds)
+        return (0, -round(wide_share(k.graph), 3), -k.graph.prim.units_per_block, k.estimate.seconds)
+    return sorted(kernels, key=key)
+
+
+def shortlist(choices: list[list], limit: int) -> list[list]:
+    """The `limit` structures worth rewriting: the templates' first (the tiling the group's
+    operators were written to agree on, which fuses best), then the others the time model
+    ranks fastest as they stand, each operator's candidate alone (`quick_estimate`: the
+    rewrite changes what a group keeps in registers, not how its structure uses the machine)."""
+    if len(choices) <= limit:
+        return choices
+    quick = [sum(quick_estimate(c.graph).seconds for c in chosen) for chosen in choices]
+    rest = sorted(range(1, len(choices)), key=lambda i: (quick[i], i))
+    return [choices[0]] + [choices[i] for i in rest[:limit - 1]]
 
 
 def _aliased(cand, aliases):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from html import escape
 
+from gir.ir.vector_access import wide_share
+
 from .pictures import gir_svg, partition_svg
 
 
@@ -51,8 +53,11 @@ def _blocks(plan) -> list[tuple]:
     ]
     for i, sub in enumerate(subs):
         blocks.append(("h", 3, f"Subgraph {i}"))
-        blocks.append(("table", ["kernel", "ops", "launches", "modelled (us)", "bound by", "DRAM bytes", "rules applied"],
-                       [[_short(k.name), len(k.ops), k.estimate.kernels, _us(k.estimate.seconds), k.estimate.bound,
+        blocks.append(("table", ["kernel", "ops", "launches", "modelled (us)", "modelled share of peak DRAM bandwidth",
+                                 "bound by", "threads per block", "wide DRAM access bytes", "DRAM bytes", "rules applied"],
+                       [[_short(k.name), len(k.ops), k.estimate.kernels, _us(k.estimate.seconds),
+                         f"{k.estimate.bandwidth_share(plan.target):.0%}", k.estimate.bound,
+                         k.graph.prim.units_per_block * plan.target.lanes_per_unit, f"{wide_share(k.graph):.0%}",
                          k.estimate.dram_bytes, len(k.log)] for k in sub.kernels]))
         for j, k in enumerate(sub.kernels):
             stem = f"report/s{i:03d}_k{j:02d}"

@@ -8,7 +8,7 @@ from gir.ir.validate import affine_range
 from .query import slices_of
 
 
-def _tidy_slice(s: Slice, prim) -> Slice:
+def tidy_slice(s: Slice, prim) -> Slice:
     """Bounds compared over the grid by their exact range (no per-unit evaluation)."""
     if not s.is_masked:
         return s
@@ -26,7 +26,7 @@ def tidy(g) -> int:
     """Rewrite every gOperator in place; returns how many slices lost their masks."""
     dropped, tidied = 0, {}
     for node, op in g.ops():
-        mapping = {s: _tidy_slice(s, g.prim) for s in slices_of(op)}
+        mapping = {s: tidy_slice(s, g.prim) for s in slices_of(op)}
         changed = {k: v for k, v in mapping.items() if k != v}
         if not changed:
             continue

@@ -179,13 +179,20 @@ def row_elements_per_lane(target: Target) -> int:
     return max(32, target.register_bytes_per_lane // (16 * 4))
 
 
+def block_sizes(target: Target, largest: int = 8) -> list[int]:
+    """Units per block worth offering, largest first: the search evaluates only the first few
+    structures of a group (`limit`), and on a GPU a larger block holds more warps per SM under
+    the resident-block limit (the time model ranks them; this order decides what it sees)."""
+    return [u for u in (16, 8, 4, 2, 1) if u <= min(largest, target.max_units_per_block)]
+
+
 def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, int, int, int]]:
     """(structure, rows, chunk, units_per_block, whole) worth trying for a pointwise output: a
     chunk of the last dimension per unit (1-8 elements per lane), or whole short rows several
     at a time."""
     lanes, last = target.lanes_per_unit, dims[-1]
-    upbs = [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
-    wide = [u for u in (*upbs, 16) if u <= target.max_units_per_block]  # a block per row of a long row group
+    upbs = block_sizes(target)
+    wide = block_sizes(target, 16)  # a block per row of a long row group
     out = []
     # Whole rows first: they tile a row exactly as a unit (or block) reduction of that row does,
     # so a fused group's load slices agree and the rewrites can keep data in registers. Up to 32
@@ -193,7 +200,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # left for 16 such rows live at once.
     if last <= row_elements_per_lane(target) * lanes:
         out += [("row", 1, last, u, 0) for u in upbs]
-    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs[1:]]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs if u > 1]
     for elems_per_lane in (1, 2, 4, 8):
         span = lanes * elems_per_lane
         out += [("chunk", 1, min(span, last), u, 0) for u in upbs]
@@ -217,7 +224,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     out += [("element", 1, 1, u, 0) for u in upbs]
     # A row over 16 units (a ViT softmax of 197 fusing with its product's reduction), last: the
     # first structure of a family is the one a fused group takes.
-    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in wide[len(upbs):]]
+    out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in wide if u not in upbs]
     return list(dict.fromkeys(out))
 
 

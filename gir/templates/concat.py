@@ -6,7 +6,7 @@ from math import ceil, prod
 
 from gir.ir import Move, ParallelPrimitive, Slice, W, block_coord
 
-from .common import admit, load, new_graph
+from .common import admit, block_sizes, load, new_graph
 
 
 def generate(op, tensors, target, rejected):
@@ -21,7 +21,7 @@ def generate(op, tensors, target, rejected):
         span = lanes * ept
         chunk = min(span, longest)
         per_unit_rows = max(1, min(outer, span // longest)) if span > longest else 1
-        for upb in (u for u in (1, 2, 4, 8) if u <= target.max_units_per_block):
+        for upb in block_sizes(target):
             grid = (ceil(outer / per_unit_rows), ceil(longest / (chunk * upb)))
             g = new_graph(op, tensors, target, ParallelPrimitive(grid, upb), "chunk")
             r0, q = block_coord(0) * per_unit_rows, block_coord(1) * upb + W

@@ -6,7 +6,7 @@ from math import ceil, prod
 
 from gir.ir import Gather, Move, ParallelPrimitive, Slice, W, block_coord
 
-from .common import admit, load, new_graph
+from .common import admit, block_sizes, load, new_graph
 
 
 def generate(op, tensors, target, rejected):
@@ -18,7 +18,7 @@ def generate(op, tensors, target, rejected):
     for ept in (1, 2, 4, 8):
         span = target.lanes_per_unit * ept
         chunk, rows = min(span, inner), max(1, min(count, span // inner))
-        for upb in (u for u in (1, 2, 4, 8) if u <= target.max_units_per_block):
+        for upb in block_sizes(target):
             grid = (outer, ceil(count / rows), ceil(inner / (chunk * upb)))
             g = new_graph(op, tensors, target, ParallelPrimitive(grid, upb), "rows")
             b0, r0, q = block_coord(0), block_coord(1) * rows, block_coord(2) * upb + W

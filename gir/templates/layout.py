@@ -33,7 +33,7 @@ def _tiled(op, tensors, target, dims, offset, istr, ostr, rejected):
     k, p, j = len(dims), istr.index(1), len(dims) - 1
     others = [d for d in range(k) if d not in (p, j)]
     out = []
-    for upb in (u for u in (4, 8) if u <= target.max_units_per_block):
+    for upb in (u for u in (8, 4) if u <= target.max_units_per_block):
         per = TILE // upb
         grid = (*[dims[d] for d in others], ceil(dims[p] / TILE), ceil(dims[j] / TILE))
         g = new_graph(op, tensors, target, ParallelPrimitive(grid, upb), "tile")

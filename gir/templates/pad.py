@@ -11,7 +11,7 @@ from gir.frontend.basic import contiguous_strides
 from gir.ir import REGISTER, Move, ParallelPrimitive, Slice, W, block_coord
 from gir.ir.affine import Affine
 
-from .common import admit, new_graph
+from .common import admit, block_sizes, new_graph
 
 
 def _regions(n: int, before: int, after: int, mode: str):
@@ -38,7 +38,7 @@ def generate(op, tensors, target, rejected):
     cands = []
     for ept in (1, 2, 4):
         chunk = min(target.lanes_per_unit * ept, out_shape[-1])
-        for upb in (u for u in (1, 2, 4, 8) if u <= target.max_units_per_block):
+        for upb in block_sizes(target):
             grid = (*out_shape[:-1], ceil(out_shape[-1] / (chunk * upb)))
             g = new_graph(op, tensors, target, ParallelPrimitive(grid, upb), "chunk")
             q = block_coord(k - 1) * upb + W

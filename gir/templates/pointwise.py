@@ -10,10 +10,14 @@ from gir.ir import REGISTER, Slice
 from .common import admit, Box, Candidate, box_choices, load, new_graph, store
 
 
-def vec_choices(chunk: int, strides: list[tuple[int, ...]], lanes: int) -> list[int]:
-    """Vector width 4 where every operand walks the last dimension contiguously (or not at all)."""
+def vec_choices(chunk: int, strides: list[tuple[int, ...]], target) -> list[int]:
+    """Vector width 4 where every operand walks the last dimension contiguously (or not at all),
+    first where the target issues 16-byte accesses (the fusion search keeps the first candidate
+    of each parallel structure), else after the scalar one."""
     contiguous = all(s[-1] in (0, 1) for s in strides)
-    return [1, 4] if contiguous and chunk % (4 * lanes) == 0 else [1]
+    if not contiguous or chunk % (4 * target.lanes_per_unit):
+        return [1]
+    return [4, 1] if target.timing.widest_access_bytes >= 16 else [1, 4]
 
 
 def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, int, tuple]], out_strides: tuple,
@@ -26,7 +30,7 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
     out_strides, in_strides = padded[0], padded[1:]
     cands = []
     for structure, rows, chunk, upb, whole in box_choices(dims, target):
-        for vec in vec_choices(chunk, padded, target.lanes_per_unit):
+        for vec in vec_choices(chunk, padded, target):
             box = Box(dims, rows, chunk, upb, whole)
             g = new_graph(op, tensors, target, box.prim(), structure, [v[0] for v in in_views])
             regs = [load(g, box.slice(name, offset, st), f"in{i}", box.size, tensors[name].dtype, vec=vec)

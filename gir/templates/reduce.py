@@ -21,7 +21,7 @@ from gir.ir.affine import Affine
 from gir.ir.dtypes import accumulator, itemsize
 from gir.ir.gops import reduce_identity
 
-from .common import admit, new_graph
+from .common import admit, block_sizes, new_graph
 
 
 def split_dims(shape, axes, strides=None, out_strides=None):
@@ -114,8 +114,18 @@ class _Plan:
         return dst
 
 
-def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int):
-    """lane and unit structures: each unit owns `outs` consecutive outputs of the innermost kept dim."""
+def _unit_vec_choices(plan: _Plan, target) -> list[int]:
+    """Lane placements of a unit reduction's load: 4 consecutive elements per lane (16-byte
+    loads) where the one reduced dimension is contiguous and a multiple of 4 x lanes long, first
+    where the target issues such loads; else one element per lane."""
+    if len(plan.red) != 1 or plan.red[0][1] != 1 or plan.red[0][0] % (4 * target.lanes_per_unit):
+        return [1]
+    return [4, 1] if target.timing.widest_access_bytes >= 16 else [1]
+
+
+def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int = 1):
+    """lane and unit structures: each unit owns `outs` consecutive outputs of the innermost kept
+    dim. `vec`: the unit structure's load placement (see `_unit_vec_choices`)."""
     p = plan
     k_last, s_last = p.kept[-1]
     grid, base_in, base_out = p.outer(skip_last=True)
@@ -135,7 +145,7 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int):
         acc = Slice.flat("%out", 0, outs)
         g.add(Reduce(op=p.op.attrs["op"], src=reg, dst=acc, uniform=False))
     else:
-        g.add(Move(src=src, dst=Slice("%in", 0, src.shape, contiguous_strides(src.shape)), fill=p.fill))
+        g.add(Move(src=src, dst=Slice("%in", 0, src.shape, contiguous_strides(src.shape)), fill=p.fill, vec=vec))
         acc = p.unit_reduce(g, reg, "%out", outs)
     p.finish(g, acc, dst)
     return g
@@ -196,7 +206,7 @@ def _elements_per_lane(plan: _Plan, structure: str, params: dict) -> int:
 def generate(op, tensors, target, rejected, view=None):
     """`view`: read the input as (tensor, offset, strides over the input's shape) instead."""
     plan = _Plan(op, tensors, target, view)
-    lanes, upbs = target.lanes_per_unit, [u for u in (1, 2, 4, 8) if u <= target.max_units_per_block]
+    lanes, upbs = target.lanes_per_unit, block_sizes(target)
     builds = []
     row = next((n for n in reversed(plan.y.shape) if n != 1), 1)
     for upb in upbs:
@@ -204,9 +214,10 @@ def generate(op, tensors, target, rejected, view=None):
             builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb},
                            lambda o=lanes * ept, u=upb: _per_unit_outputs(plan, "lane", o, u)))
         for outs in (1, 2, 4):
-            builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
-                           lambda o=outs, u=upb: _per_unit_outputs(plan, "unit", o, u)))
-    for upb in [u for u in (*upbs, 16) if u <= target.max_units_per_block]:
+            for vec in _unit_vec_choices(plan, target):
+                builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb} | ({"vec": vec} if vec > 1 else {}),
+                               lambda o=outs, u=upb, v=vec: _per_unit_outputs(plan, "unit", o, u, v)))
+    for upb in block_sizes(target, 16):
         # One block per row of the result, its units splitting the row: the tiling of a product
         # computed by rows (QK^T) and of a softmax over that row, so attention fuses.
         outs = ceil(row / upb)
@@ -214,11 +225,11 @@ def generate(op, tensors, target, rejected, view=None):
             builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb},
                            lambda o=outs, u=upb: _per_unit_outputs(plan.rows_of(row), "unit", o, u)))
     if len(plan.red) == 1 and plan.group >= 2 * lanes:
-        big = [u for u in (2, 4, 8, 16) if u <= target.max_units_per_block] or [1]
+        big = [u for u in block_sizes(target, 16) if u > 1] or [1]
         for upb in (u for u in big if u > 1):
             builds.append(("block", {"units_per_block": upb}, lambda u=upb: _block(plan, u, 1)))
         if plan.group >= 64 * lanes:
-            for upb in big[-2:]:
+            for upb in big[:2]:
                 for phases in (4, 16):
                     builds.append(("two_phase", {"units_per_block": upb, "blocks_per_output": phases},
                                    lambda u=upb, ph=phases: _block(plan, u, ph)))

@@ -1,0 +1,188 @@
+"""Static GPU utilisation of the zoo's plans (no GPU needed): per model and target, the time
+model's figures and what the kernels ask of the memory system.
+
+Per model: kernels; modelled time (sum over kernels, gir/fusion/perf.py) and modelled share of
+peak DRAM bandwidth (distinct DRAM bytes / modelled time / nominal peak); the share of DRAM
+access bytes moved by 16-byte accesses (gir/ir/vector_access.py: the IR proves the DRAM side;
+the emitters also need the lane's registers consecutive, which `--ptx` checks in the PTX); and,
+among kernels that move 1 MB or more, how many launch blocks under 128 threads or fewer than
+two blocks per SM/CU, with the bytes that cannot go wide named by reason. Also the model's
+figure for a plain 64 MB device-to-device copy (issue 24's sanity check: 85-95% of peak).
+
+    PYTHONPATH=. python scripts/gpu_static.py --targets cuda:sm_90 hip:gfx90a --out results/gpu_static [--ptx bert gpt2]
+
+Every number is modelled or static: nothing here ran on a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import models
+from gir.frontend import load
+from gir.fusion.plan import plan
+from gir.ir import DRAM, Move, get_target
+from gir.ir.dtypes import itemsize
+from gir.ir.vector_access import vector_width
+
+MB = 1 << 20
+
+
+def copy_share(target) -> tuple[float, str]:
+    """The modelled share of peak of the fastest plain-copy structure of a 64 MB tensor."""
+    from onnx import TensorProto, helper
+    from gir.fusion.perf import estimate
+    from gir.rewrite import optimize
+    from gir.templates.pointwise import pointwise_candidates
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [16384, 1024])
+    g = load(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "copy", [io("x")], [io("y")]),
+                               opset_imports=[helper.make_opsetid("", 17)], ir_version=10))
+    cands = pointwise_candidates(g.ops[0], g.tensors, target, (16384, 1024), [("x", 0, (1024, 1))], (1024, 1), None, [])
+    best = min((estimate(optimize(c.graph)[0]) for c in cands), key=lambda e: e.seconds)
+    return best.bandwidth_share(target), str(best)
+
+
+def narrow_reasons(graph) -> Counter:
+    """DRAM access bytes of a kernel that move narrower than 16 bytes, by why."""
+    out = Counter()
+    for _, op in graph.ops():
+        if not isinstance(op, Move):
+            continue
+        levels = (graph.buffers[op.src.buffer].level, graph.buffers[op.dst.buffer].level)
+        if DRAM not in levels:
+            continue
+        nbytes = op.dst.size * graph.prim.num_units * itemsize(graph.buffers[op.dst.buffer].dtype)
+        if vector_width(op, graph.buffers) * itemsize(graph.buffers[op.dst.buffer].dtype) >= 16:
+            continue
+        if levels == (DRAM, DRAM):
+            reason = "DRAM to DRAM copy"
+        elif op.uniform:
+            reason = "uniform (one value for the whole unit)"
+        elif op.src.is_masked or op.dst.is_masked:
+            reason = "masked (ragged edge)"
+        elif op.vec == 1:
+            reason = "structure places one element per lane"
+        else:
+            reason = "not consecutive or not aligned"
+        out[reason] += nbytes
+    return out
+
+
+def measure(name: str, target_name: str, limit: int) -> dict:
+    target = get_target(target_name)
+    graph = load(models.build(name))
+    start = time.perf_counter()
+    p = plan(graph, target, limit=limit)
+    planned = time.perf_counter() - start
+    seconds = sum(k.estimate.seconds for k in p.kernels)
+    dram = sum(k.estimate.dram_bytes for k in p.kernels)
+    access = wide = 0
+    reasons, big, small_blocks, few_blocks = Counter(), 0, [], []
+    for k in p.kernels:
+        for _, op in k.graph.ops():
+            if isinstance(op, Move) and DRAM in (k.graph.buffers[op.src.buffer].level, k.graph.buffers[op.dst.buffer].level):
+                n = op.dst.size * k.graph.prim.num_units * itemsize(k.graph.buffers[op.dst.buffer].dtype)
+                access += n
+                if vector_width(op, k.graph.buffers) * itemsize(k.graph.buffers[op.dst.buffer].dtype) >= 16:
+                    wide += n
+        reasons += narrow_reasons(k.graph)
+        if k.estimate.dram_bytes >= MB:
+            big += 1
+            threads = k.graph.prim.units_per_block * target.lanes_per_unit
+            if threads < 128:
+                small_blocks.append(f"{k.name[:48]} ({threads})")
+            if k.graph.prim.num_blocks < 2 * target.processors:
+                few_blocks.append(f"{k.name[:48]} ({k.graph.prim.num_blocks})")
+    return {"model": name, "target": target_name, "kernels": len(p.kernels), "modelled_us": seconds * 1e6,
+            "dram_mb": dram / 1e6, "modelled_peak_share": dram / seconds / target.dram_bandwidth if seconds else 0.0,
+            "access_mb": access / 1e6, "wide_share": wide / access if access else 0.0,
+            "narrow_mb_by_reason": {r: round(b / 1e6, 2) for r, b in reasons.most_common()},
+            "kernels_1mb": big, "under_128_threads": small_blocks, "under_2_blocks_per_sm": few_blocks,
+            "plan_s": planned}
+
+
+def ptx_counts(name: str, target_name: str, out: Path) -> dict:
+    """Global loads and stores in the PTX `gir compile` writes: 128-bit ones against all."""
+    from gir.cli import main
+    folder = out / f"{name}_{target_name}"
+    main(["compile", _model_file(name, out), "--target", target_name, "-o", str(folder), "--quiet"])
+    text = "\n".join(p.read_text() for p in folder.rglob("*.ptx"))
+    loads, stores = re.findall(r"\bld\.global[.\w]*", text), re.findall(r"\bst\.global[.\w]*", text)
+    return {"loads": len(loads), "v4_loads": sum(".v4" in x for x in loads),
+            "stores": len(stores), "v4_stores": sum(".v4" in x for x in stores)}
+
+
+def _model_file(name: str, out: Path) -> str:
+    import onnx
+    path = out / f"{name}.onnx"
+    onnx.save(models.build(name), path)
+    return str(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", nargs="+", default=["cuda:sm_90"])
+    ap.add_argument("--limit", type=int, default=2)
+    ap.add_argument("--out", help="write OUT.md and OUT.json")
+    ap.add_argument("--ptx", nargs="*", default=[], help="models to compile for the first target and count PTX accesses of")
+    ap.add_argument("models", nargs="*", default=sorted(set(models.MODELS) - {"gpt2_b128"}))
+    args = ap.parse_args()
+    rows, copies = [], {}
+    for t in args.targets:
+        copies[t] = copy_share(get_target(t))
+        print(f"{t}: 64 MB device copy modelled at {copies[t][0]:.1%} of peak ({copies[t][1]})", flush=True)
+        for name in args.models:
+            r = measure(name, t, args.limit)
+            rows.append(r)
+            print(f"{name:16s} {t:7s} {r['kernels']:4d} kernels {r['modelled_us']:9.1f} us modelled, "
+                  f"{r['modelled_peak_share']:.0%} of peak, {r['wide_share']:.0%} of {r['access_mb']:.1f} MB accesses wide, "
+                  f"{len(r['under_128_threads'])}/{r['kernels_1mb']} big kernels under 128 threads, "
+                  f"{len(r['under_2_blocks_per_sm'])} under 2 blocks/SM ({r['plan_s']:.1f} s)", flush=True)
+    ptx = {}
+    if args.ptx:
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in args.ptx:
+                ptx[name] = ptx_counts(name, args.targets[0], Path(tmp))
+                print(f"PTX {name} {args.targets[0]}: {ptx[name]}", flush=True)
+    if args.out:
+        write(rows, copies, ptx, args)
+
+
+def write(rows, copies, ptx, args):
+    out = Path(args.out)
+    head = (f"Produced by `PYTHONPATH=. python scripts/gpu_static.py --targets {' '.join(args.targets)} --out {args.out}"
+            f"{' --ptx ' + ' '.join(args.ptx) if args.ptx else ''}` on {time.strftime('%Y-%m-%d')} ({platform.machine()}, "
+            f"no GPU). Every figure is modelled (gir/fusion/perf.py, constants in gir/ir/target.py) or static "
+            f"(from the plan's GIR); none was measured on a GPU.\n")
+    lines = [head, "## 64 MB device-to-device copy, as modelled\n", "| target | modelled share of peak | estimate |", "|---|---|---|"]
+    lines += [f"| {t} | {s:.1%} | {e} |" for t, (s, e) in copies.items()]
+    lines += ["", "## Zoo models\n",
+              "| model | target | kernels | modelled us | DRAM MB | modelled share of peak | DRAM access MB | 16-byte share | "
+              "kernels >= 1 MB | of which < 128 threads | of which < 2 blocks per SM |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['target']} | {r['kernels']} | {r['modelled_us']:.1f} | {r['dram_mb']:.1f} | "
+                     f"{r['modelled_peak_share']:.0%} | {r['access_mb']:.1f} | {r['wide_share']:.0%} | {r['kernels_1mb']} | "
+                     f"{len(r['under_128_threads'])} | {len(r['under_2_blocks_per_sm'])} |")
+    lines += ["", "## DRAM access bytes not moved by 16-byte accesses, by reason (MB)\n"]
+    for r in rows:
+        lines.append(f"- {r['model']} {r['target']}: " + (", ".join(f"{k} {v}" for k, v in r["narrow_mb_by_reason"].items()) or "none"))
+    lines += ["", "## Kernels of 1 MB or more with small blocks or few blocks\n"]
+    for r in rows:
+        if r["under_128_threads"] or r["under_2_blocks_per_sm"]:
+            lines.append(f"- {r['model']} {r['target']}: under 128 threads: {', '.join(r['under_128_threads']) or 'none'}; "
+                         f"under 2 blocks per SM: {', '.join(r['under_2_blocks_per_sm']) or 'none'}")
+    if ptx:
+        lines += ["", f"## PTX global accesses ({args.targets[0]}, `gir compile`)\n", "| model | loads | 128-bit loads | stores | 128-bit stores |", "|---|---|---|---|---|"]
+        lines += [f"| {m} | {c['loads']} | {c['v4_loads']} | {c['stores']} | {c['v4_stores']} |" for m, c in ptx.items()]
+    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
+    Path(f"{out}.json").write_text(json.dumps({"rows": rows, "copy": {t: s for t, (s, _) in copies.items()}, "ptx": ptx}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The time model (gir/fusion/perf.py): what it must rank the right way round on a GPU whose
+kernels this machine cannot time, where its constants come from, and the CPU calibration."""
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from gir.frontend import load
+from gir.fusion.perf import estimate
+from gir.fusion.plan import plan
+from gir.ir import get_target
+from gir.ir.target import PRESETS
+from gir.ir.vector_access import wide_share
+from gir.rewrite import optimize
+from gir.templates import candidates
+from gir.templates.pointwise import pointwise_candidates
+
+H100 = get_target("cuda:sm_90")
+
+
+def _single_op(op: str, shape, **attrs):
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape))
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], op.lower(), [io("x")], [io("y")])
+    return load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10))
+
+
+def _twin(cands, structure, chunk, units_per_block, vec):
+    return next(c for c in cands if c.structure == structure and c.params.get("chunk") == chunk
+                and c.params["units_per_block"] == units_per_block and c.params.get("vec", 1) == vec)
+
+
+@pytest.mark.parametrize("elements", [1 << 18, 1 << 20, 1 << 22, 1 << 24])
+def test_256_thread_blocks_with_128_bit_loads_rank_above_32_thread_scalar_ones(elements):
+    """Same op, same elements per lane: one 32-thread block per warp with scalar loads against
+    8-warp blocks with 16-byte loads. On an H100 the first is held to 32 warps per SM by the
+    resident-block limit and issues four times the memory instructions: it must rank below,
+    and on kernels of 1 MB or more (all of these) never the other way round."""
+    g = _single_op("Sigmoid", (elements // 1024, 1024))
+    cands = candidates(g.ops[0], g.tensors, H100).candidates
+    for chunk in (128, 256):
+        narrow = estimate(optimize(_twin(cands, "chunk", chunk, 1, 1).graph)[0])
+        wide_graph = optimize(_twin(cands, "chunk", chunk, 8, 4).graph)[0]
+        wide = estimate(wide_graph)
+        assert wide_share(wide_graph) == 1.0
+        assert wide.seconds < narrow.seconds, (chunk, str(narrow), str(wide))
+
+
+def test_no_kernel_of_a_megabyte_or_more_ranks_a_narrower_twin_first():
+    """Every pointwise structure of a 4 MB elementwise op, against its twin with more threads per
+    block and the same or wider accesses: the twin is never modelled slower."""
+    g = _single_op("Relu", (1024, 1024))
+    cands = candidates(g.ops[0], g.tensors, H100).candidates
+    seconds = {(c.structure, c.params.get("rows"), c.params.get("chunk"), c.graph.prim.num_units, c.params["units_per_block"],
+                c.params.get("vec", 1)): estimate(optimize(c.graph)[0]).seconds for c in cands}
+    for (structure, rows, chunk, units, upb, vec), s in seconds.items():
+        for (s2, r2, c2, units2, upb2, vec2), t in seconds.items():
+            if (s2, r2, c2, units2) == (structure, rows, chunk, units) and upb2 >= upb and vec2 >= vec and upb2 * vec2 > upb * vec:
+                assert t <= s * 1.0001, ((structure, rows, chunk, upb, vec), (upb2, vec2), s, t)
+
+
+def test_a_64_mb_device_copy_is_modelled_at_85_to_95_percent_of_peak():
+    """The range public H100 SXM measurements of a device-to-device copy report. The copy is the
+    fastest of the pointwise template's plain-copy structures, as the search would pick it."""
+    g = _single_op("Relu", (16384, 1024))  # 64 MB of float32
+    op = g.ops[0]
+    dims = g.tensors["x"].shape
+    strides = (dims[1], 1)
+    cands = pointwise_candidates(op, g.tensors, H100, dims, [("x", 0, strides)], strides, None, [])
+    best = min((estimate(optimize(c.graph)[0]) for c in cands), key=lambda e: e.seconds)
+    assert best.dram_bytes == 2 * 64 * 2 ** 20
+    assert 0.85 <= best.bandwidth_share(H100) <= 0.95, str(best)
+
+
+def test_the_planner_picks_wide_accesses_and_large_blocks_for_a_big_elementwise_chain():
+    """The search itself, not a hand-picked candidate: bias + GELU(tanh form) over 16 MB on
+    sm_90 plans one kernel whose every DRAM byte moves in 16-byte accesses, with at least 128
+    threads per block and at least two blocks per SM."""
+    n, c = 4096, 1024
+    rng = np.random.default_rng(0)
+    const = lambda name, v: helper.make_tensor(name, TensorProto.FLOAT, np.shape(v), np.ravel(v).astype(np.float32))
+    nodes = [helper.make_node("Add", ["x", "bias"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("Mul", ["h", "t"], ["y"])]
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, c])
+    model = helper.make_model(helper.make_graph(nodes, "bias_act", [io("x")], [io("y")], [const("bias", rng.normal(size=c))]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    result = plan(load(model), H100, limit=2)
+    (kernel,) = result.kernels
+    prim = kernel.graph.prim
+    assert wide_share(kernel.graph) > 0.99
+    assert prim.units_per_block * H100.lanes_per_unit >= 128
+    assert prim.num_blocks >= 2 * H100.processors
+
+
+def test_every_preset_names_the_source_of_its_timing():
+    for name, target in PRESETS.items():
+        t = target.timing
+        assert t.source and "nominal defaults" not in t.source, name
+        assert 0.5 < t.copy_efficiency <= 1.0 and 100e-9 < t.dram_latency_s < 2e-6, name
+        assert t.max_blocks_per_processor >= 1 and t.issue_per_clock > 0, name
+
+
+def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_path, monkeypatch):
+    from gir.backends.cpu import calibration
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(calibration, "COPY_BYTES", 4 << 20)
+    before = get_target("cpu")
+    assert "nominal" in before.timing.source
+    lines = []
+    cal = calibration.measure(repeats=2, progress=lines.append)
+    assert len(lines) == 4 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    path = calibration.save(cal)
+    assert path.parent == tmp_path / "calibration" and json.loads(path.read_text())["cpu"] == cal.cpu
+    after = get_target("cpu")
+    assert after.dram_bandwidth == cal.copy_bandwidth and after.launch_latency_s == cal.launch_s
+    assert after.timing.unit_bandwidth == cal.unit_bandwidth and "measured" in after.timing.source
+    assert repr(after) != repr(before)  # the plan cache's key changes with the figures
+    path.write_text("{not json")
+    assert "nominal" in get_target("cpu").timing.source  # unreadable: nominal again, no crash
