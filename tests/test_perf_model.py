@@ -108,7 +108,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert "nominal" in before.timing.source
     lines = []
     cal = calibration.measure(repeats=2, progress=lines.append)
-    assert len(lines) == 4 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert len(lines) == 5 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
     path = calibration.save(cal)
     assert path.parent == tmp_path / "calibration" and json.loads(path.read_text())["cpu"] == cal.cpu
     after = get_target("cpu")

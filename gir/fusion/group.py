@@ -73,12 +73,14 @@ def aligned(per_op: list[list[Candidate]]) -> list[tuple[list[Candidate], tuple]
 
 
 def _one_lane_placement(in_family: list[list[Candidate]]) -> list[Candidate]:
-    """Per op, its first candidate of the family at the widest vector width every op offers
-    (templates list their preferred width first): ops that place elements on lanes alike can
-    hand each other registers once merged, where mixed widths would re-read a shared input."""
+    """Per op, its first candidate of the family at one vector width every op offers: the widest
+    where the target issues 16-byte accesses, else the narrowest. Ops that place elements on
+    lanes alike hand each other registers once merged, where mixed widths would re-read a
+    shared input."""
     offered = [{c.params.get("vec", 1) for c in cands} for cands in in_family]
     common = set.intersection(*offered)
-    width = max(common) if common else 1
+    wide = in_family[0][0].graph.target.timing.widest_access_bytes >= 16
+    width = (max(common) if wide else min(common)) if common else 1
     return [next((c for c in cands if c.params.get("vec", 1) == width), cands[0]) for cands in in_family]
 
 

@@ -103,7 +103,13 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict) -> E
     per_processor = concurrent_units / t.processors
     issue_rate = t.processors * tm.clock_hz * min(tm.issue_per_clock, per_processor / tm.alu_latency_cycles)
     compute_s = program.instructions * prim.num_units / issue_rate
+    if tm.dependent_cycles:  # one thread runs its units one after another: each op's chain is latency
+        compute_s = max(compute_s, program.chain * tm.dependent_cycles * prim.num_units / (concurrent_units * tm.clock_hz))
     shared_s = shared / t.level(SHARED).bandwidth_bytes_per_s if shared else 0.0
+    if tm.spill_bytes_per_unit and register_bytes_per_lane(graph) * t.lanes_per_unit > tm.spill_bytes_per_unit:
+        # a CPU thread's register arrays beyond L1: every access to them goes to the cache
+        spilled = sum(level_bytes(graph, REGISTER).values())
+        shared_s += spilled / (tm.cache_bandwidth * min(concurrent_units, t.processors))
     parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s}
     core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
     bound = max(parts, key=parts.get)
@@ -139,6 +145,7 @@ class _Program:
     instructions: float = UNIT_SETUP  # unit-instructions per unit
     rounds: int = 0                   # dependent DRAM read round trips per unit
     read_bytes: int = 0               # DRAM bytes one unit reads
+    chain: float = 0.0                # dependent steps per unit, when its elements overlap each other
 
 
 def _program(graph: GIRGraph) -> _Program:
@@ -183,9 +190,12 @@ def _program(graph: GIRGraph) -> _Program:
             p.read_bytes += op.dst.size * itemsize(buffers[op.src.buffer].dtype)
             p.instructions += per_lane(op, op.dst) * (2 + ADDRESS)
         elif isinstance(op, Elementwise):
-            p.instructions += per_lane(op, op.out) * _expr_cost(op.expr)
+            cost = _expr_cost(op.expr)
+            p.instructions += per_lane(op, op.out) * cost
+            p.chain += max(cost, per_lane(op, op.out) * cost / lanes)
         elif isinstance(op, Reduce):
             p.instructions += per_lane(op, op.src) if not op.uniform else ceil(op.src.size / lanes)
+            p.chain += ceil(log2(max(op.group, 2)))  # a tree over partial sums
             if op.uniform and op.group > 1 and lanes > 1:  # a shuffle tree per output
                 p.instructions += op.dst.size * 2 * ceil(log2(min(lanes, op.group)))
         elif isinstance(op, Broadcast):

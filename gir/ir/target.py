@@ -56,6 +56,9 @@ class Timing:
     barrier_s: float                # one block barrier
     unit_bandwidth: float = 0.0     # CPU: bytes/s one thread streams (hardware prefetch); 0 on GPUs
     widest_access_bytes: int = 16   # one lane's widest load/store the emitter issues (4: scalar only)
+    spill_bytes_per_unit: int = 0   # CPU: a unit's register arrays above this live in L1/L2 (0: none)
+    dependent_cycles: float = 0.0   # CPU: latency of one dependent arithmetic step within a unit (GPUs
+                                    # hide it with other warps: the alu_latency_cycles term)
     source: str = ""
 
 
@@ -195,6 +198,8 @@ CPU_NOMINAL_TIMING = Timing(
     max_blocks_per_processor=1, loads_in_flight_per_lane=10,  # L1 line-fill buffers
     barrier_s=0.0, unit_bandwidth=10e9,   # one thread's streaming copy, read + write
     widest_access_bytes=4,                # lanes are SIMD lanes: the compiler vectorises, not `vec`
+    spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
+    dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
     source="nominal CPU figures (gir/ir/target.py); run `gir calibrate` to measure this machine")
 
 

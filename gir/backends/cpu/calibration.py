@@ -5,7 +5,9 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - copy bandwidth, read + write bytes per second, with all threads and with one (a thread's
     stream is what its prefetchers sustain: the model's `unit_bandwidth`);
   - launch cost: an empty OpenMP parallel loop over the threads (fork and join);
-  - issue rate: SIMD arithmetic on data already in L1, in unit-instructions per second.
+  - issue rate: SIMD arithmetic on data already in L1, in unit-instructions per second;
+  - dependent latency: GIR's own kernel for a sigmoid with one element per unit (nothing to
+    overlap within a unit), as cycles per step of the time model's op costs (`perf.OP_COST`).
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
 CPU model and flags (`host_cpu`), so a cache folder shared between machines never hands one
 machine another's figures. Plans made with it are cached under a key that holds the figures.
@@ -25,7 +27,7 @@ import numpy as np
 
 from gir.ir.target import Timing
 
-FORMAT = 1
+FORMAT = 2
 COPY_BYTES = 64 << 20      # per array: far above the last-level cache of any CPU we target
 ISSUE_ELEMENTS = 2048      # 8 KiB: stays in L1
 ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-instructions: / SIMD width)
@@ -62,6 +64,7 @@ class Calibration:
     unit_bandwidth: float    # bytes/s, read + write, one thread
     launch_s: float          # one empty parallel loop
     issue_per_s: float       # unit-instructions per second, one thread
+    dependent_cycles: float  # nominal-clock cycles per dependent step of the model's op costs
     measured_at: str
     format: int = FORMAT
 
@@ -69,7 +72,7 @@ class Calibration:
     def timing(self) -> Timing:
         from gir.ir.target import CPU_NOMINAL_TIMING
         return replace(CPU_NOMINAL_TIMING, issue_per_clock=self.issue_per_s / CPU_NOMINAL_TIMING.clock_hz,
-                       unit_bandwidth=self.unit_bandwidth,
+                       unit_bandwidth=self.unit_bandwidth, dependent_cycles=self.dependent_cycles,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
 
@@ -146,6 +149,43 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     simd = 8
     issue = passes * ISSUE_ELEMENTS / simd * (ISSUE_CHAIN * 2) / seconds  # mul + add each (or one FMA: counted as 2)
     progress(f"SIMD arithmetic, 1 thread: {issue / 1e9:.2f} G unit-instructions/s")
+    dependent = _dependent_cycles(repeats, threads, launch)
+    progress(f"dependent step (one element per unit): {dependent:.2f} cycles")
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
-                       unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue,
+                       unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"))
+
+
+def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:
+    """Time GIR's CPU kernel of Sigmoid over 2^16 elements, one element per unit (the 'element'
+    structure): per unit, the time model's dependent chain (`perf._program(...).chain`) and
+    nothing to overlap it with, so the time per unit over the chain is the cycles per step."""
+    from onnx import TensorProto, helper
+
+    from gir.backends.cpu.compiler import build
+    from gir.backends.cpu.emitter import CpuEmitter
+    from gir.backends.kernels import split_kernels
+    from gir.frontend import load
+    from gir.fusion.perf import _program
+    from gir.ir.target import CPU_NOMINAL_TIMING, local_cpu
+    from gir.rewrite import optimize
+    from gir.templates import candidates
+    n = 1 << 16
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
+    model = helper.make_model(helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"])], "sigmoid", [io("x")], [io("y")]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    graph = load(model)
+    target = local_cpu()
+    element = next(c for c in candidates(graph.ops[0], graph.tensors, target).candidates if c.structure == "element")
+    g = optimize(element.graph)[0]
+    (kernel,) = split_kernels(g)
+    emitter = CpuEmitter(target)
+    lib = build(emitter.prelude() + "\n" + emitter.kernel_source(kernel), "calibration_chain")
+    fn = getattr(lib, kernel.name)
+    fn.argtypes, fn.restype = [ctypes.c_void_p] * len(kernel.params), None
+    arrays = {"x": np.linspace(-4, 4, n, dtype=np.float32), "y": np.zeros(n, np.float32)}
+    args = [arrays[b.name].ctypes.data for b in kernel.params]
+    fn(*args)
+    seconds = max(_best_of(lambda: fn(*args), repeats) - launch, 1e-9)
+    chain = _program(g).chain
+    return seconds * min(threads, g.prim.num_units) * CPU_NOMINAL_TIMING.clock_hz / (g.prim.num_units * chain)
