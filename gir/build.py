@@ -69,6 +69,24 @@ def _build_forked(index: int) -> BuiltStep:
     return _build_step(_PLAN, index)
 
 
+def _registers(compiled, name: str) -> dict:
+    """The compiler's register count of one kernel, where it reports one (CUDA, HIP)."""
+    res = getattr(getattr(compiled, "binary", None), "resources", {}).get(name)
+    return {"registers": res.registers} if res is not None else {}
+
+
+def _compiled_estimate(graph, compiled) -> dict:
+    """The time model's figures for the step with the compiled kernels' registers (the most any
+    of its kernels uses): occupancy as the hardware will see it, not as the IR estimated it."""
+    from gir.fusion.perf import estimate
+    regs = [r.registers for r in getattr(getattr(compiled, "binary", None), "resources", {}).values()]
+    if not regs:
+        return {}
+    e = estimate(graph, registers_per_lane=max(regs))
+    return {"modelled_us": round(e.seconds * 1e6, 3), "modelled_occupancy": round(e.occupancy, 3),
+            "modelled_peak_share": round(e.bandwidth_share(graph.target), 4)}
+
+
 def _build_step(plan, index: int) -> BuiltStep:
     graph, target = plan.steps[index].graph, plan.target
     compiled = importlib.import_module(_COMPILE[target.backend]).compile(graph, target)
@@ -79,7 +97,9 @@ def _build_step(plan, index: int) -> BuiltStep:
     else:
         binaries = {}
     flag = [{"flag": GATHER_FLAG, "dtype": "int32", "elements": 1, "written": True}] if target.backend != "cpu" else []
+    compiled_model = _compiled_estimate(graph, compiled)
     launches = [{"kernel": k.name, "grid": [k.num_blocks], "block": [k.block_threads], "shared_bytes": k.shared_bytes,
+                 **compiled_model, **_registers(compiled, k.name),
                  "params": [{"buffer": b.name, "dtype": b.dtype, "elements": b.size, "written": b.name in k.written}
                             for b in k.params] + (flag if k.gathers else [])}
                 for k in compiled.kernels]

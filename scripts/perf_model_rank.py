@@ -18,10 +18,13 @@ un-rewritten (merged with device syncs, intermediates through DRAM). First come 
 pick and every structure of the whole chain fused (when it fuses), then seeded draws (a split
 uniformly, then one option per group uniformly), no duplicates.
 
-For dwconv_silu and gemv (a conv or matmul lowered into layouts folded into a product and a
-reduction): `plan()` itself runs with its structure search recorded (`plan_space`), and the
-same space is built over the ops of the one kernel it plans, from the candidates the planner
-offered each op (they read through the folded layouts).
+For dwconv_silu and gemv (a conv or matmul below the CPU's ridge point, so `partition` lowers
+it into basic ops instead of calling a library: pad and layout ops folded into the reads of a
+product and a reduction): `plan()` itself runs with its structure search recorded
+(`plan_space`), and the same space is built over the ops of the one kernel it plans (in its
+order, a chain or a DAG in topological order), from the candidates the planner offered each op
+(they read through the folded layouts). Weights are constants with the graph's values; each
+rotation set holds its own copy, so a large weight is not timed from the cache.
 """
 from __future__ import annotations
 
@@ -249,30 +252,32 @@ def build_kernels(space: Space, options, emitter) -> tuple[dict, dict]:
 
 
 class Buffers:
-    """Rotation sets of DRAM arrays: per set, one array per non-constant tensor (all candidates
-    share them; each writes an intermediate before reading it) and per kernel-local buffer."""
+    """Rotation sets of DRAM arrays: per set, one array per tensor of the graph (all candidates
+    share them; each writes an intermediate before reading it) and per kernel-local buffer.
+    Constants (weights, biases, folded copies of them) hold the graph's values and are never
+    poisoned; each set has its own copy, so that a large weight rotates like an input instead of
+    staying in the last-level cache between calls."""
 
     def __init__(self, graph, sets: int, seed: int):
         self.graph, rng = graph, np.random.default_rng(seed)
-        self.consts = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
-                       for n, t in graph.tensors.items() if t.value is not None}
+        consts = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
+                  for n, t in graph.tensors.items() if t.value is not None}
         self.sets = []
         for _ in range(sets):
             arrays = {n: np.empty(t.size, np_dtype(t.dtype)) for n, t in graph.tensors.items() if t.value is None}
             for n in graph.inputs:
                 arrays[n][:] = rng.normal(0, 2, arrays[n].size)
-            self.sets.append(arrays)
+            self.sets.append(arrays | {n: v.copy() for n, v in consts.items()})
+        self.consts = set(consts)
         self.poison(0)
 
     def poison(self, s: int) -> None:
         """NaN in every non-input of set `s`: an element no kernel writes shows up in the check."""
         for n, a in self.sets[s].items():
-            if n not in self.graph.inputs:
+            if n not in self.graph.inputs and n not in self.consts:
                 a.fill(np.nan)
 
     def array(self, s: int, owner, buf) -> np.ndarray:
-        if buf.name in self.consts:
-            return self.consts[buf.name]
         arrays = self.sets[s]
         if buf.name in arrays:
             return arrays[buf.name]
@@ -302,7 +307,8 @@ def check(buffers: Buffers, seq, fns, reference: dict) -> str | None:
 def measure(bound: list[list], rounds: int, per_round: int, seed: int) -> list[np.ndarray]:
     """Seconds of each call of every candidate. `bound[c][s]` is candidate c's calls on set s.
     Rounds interleave the candidates (in a seeded order each round) so that load from other
-    processes spreads over all of them; each call uses the next set, so caches hold little."""
+    processes spreads over all of them; each call uses the next set (continuing across rounds,
+    so every set is used), so caches hold little."""
     times = [[] for _ in bound]
     clock, rng = time.perf_counter, random.Random(seed)
     for sets in bound:  # warm-up: page faults, OpenMP pool, instruction cache
@@ -314,8 +320,8 @@ def measure(bound: list[list], rounds: int, per_round: int, seed: int) -> list[n
         rng.shuffle(order)
         for c in order:
             sets = bound[c]
-            for r in range(per_round):
-                calls = sets[r % len(sets)]
+            for _ in range(per_round):
+                calls = sets[len(times[c]) % len(sets)]
                 start = clock()
                 for fn, args in calls:
                     fn(*args)
@@ -388,7 +394,7 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
     options = list(dict.fromkeys(o for seq in chosen for o in seq))
     fns, failed = build_kernels(space, options, CpuEmitter(target))
     build_s = time.perf_counter() - start
-    buffers = Buffers(graph, _sets(graph), seed)
+    buffers = Buffers(graph, _sets(graph, chosen, fns), seed)
     reference = _reference(model, buffers)
     rows, skipped = [], []
     for c, seq in enumerate(chosen):
@@ -410,9 +416,11 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
     measured = [r["measured"]["median_s"] for r in rows]
     for row, m, t in zip(rows, ranks(modelled), ranks(measured)):
         row["model_rank"], row["measured_rank"] = float(m), float(t)
-    return {"subgraph": kind, "what": SUBGRAPHS[kind][1], "shape": list(shape), "ops": [op.name for op in graph.ops],
+    chain = {op.name for op in space.ops}
+    return {"subgraph": kind, "what": SUBGRAPHS[kind][1], "shape": list(shape), "ops": [op.name for op in space.ops],
+            "folded_ops": [f"{op.name} ({op.kind})" for op in graph.ops if op.name not in chain],
             "space_size": space.size(), "splits": len(space.splits()),
-            "whole_chain_structures": len(space.choices(0, len(graph.ops))), "load_average": loads,
+            "whole_chain_structures": len(space.choices(0, len(space.ops))), "load_average": loads,
             "drawn": len(chosen), "rotation_sets": len(buffers.sets), "rows": rows, "skipped": skipped,
             "agreement": agreement(rows, times, rounds) if len(rows) > 1 else None,
             "build_seconds": build_s, "measure_seconds": measure_s, "target": _target_facts(target),
@@ -432,10 +440,16 @@ def copy_bandwidth() -> float:
     return 2 * a.nbytes / best
 
 
-def _sets(graph) -> int:
-    """How many rotation sets make the arrays a timed call may touch exceed ROTATE_BYTES."""
-    per_set = sum(t.size * np_dtype(t.dtype).itemsize for t in graph.tensors.values() if t.value is None)
-    return int(min(64, max(2, -(-ROTATE_BYTES // per_set))))
+def _sets(graph, seqs, fns) -> int:
+    """How many rotation sets make every candidate cycle through more than ROTATE_BYTES: the
+    bytes a candidate's calls touch (its kernels' arguments: inputs, weights, outputs, the
+    intermediates it writes, kernel-local buffers) counted for the candidate touching fewest."""
+    def touched(seq) -> int:
+        bufs = {(b.name if b.name in graph.tensors else (o, b.name)): b.size * np_dtype(b.dtype).itemsize
+                for o in seq for _, k in fns[o] for b in k.params}
+        return sum(bufs.values())
+    per_set = min((touched(seq) for seq in seqs if all(o in fns for o in seq)), default=ROTATE_BYTES)
+    return int(min(64, max(2, -(-ROTATE_BYTES // max(per_set, 1)))))
 
 
 def _reference(model, buffers: Buffers) -> dict:
@@ -472,12 +486,15 @@ def note(result: dict, command: str) -> str:
              f"{t['dram_bandwidth_GBps']:.0f} GB/s, {t['peak_GFLOPs']:.0f} GFLOP/s, launch {t['launch_latency_us']:.0f} us "
              f"({t['notes']}). Here a numpy copy of {ROTATE_BYTES >> 20} MiB on one thread moves "
              f"{result['copy_GBps']:.0f} GB/s (read + write).", "",
-             f"Ops: {', '.join(result['ops'])}. Candidate space: {result['space_size']} kernel sequences over "
+             f"Ops: {', '.join(result['ops'])}"
+             + (f" (read through, not kernels: {', '.join(result['folded_ops'])})" if result.get("folded_ops") else "")
+             + f". Candidate space: {result['space_size']} kernel sequences over "
              f"{result['splits']} splits of the chain into groups sharing a structure ({result['whole_chain_structures']} "
              f"structures for the whole chain fused). {result['drawn']} candidates: the search's pick, each whole-chain "
              f"structure (rewritten), then seeded draws (split uniformly, then one option per group). Time: median of "
              f"{result['rows'][0]['measured']['calls'] if result['rows'] else 0} calls per candidate, interleaved in "
-             f"rounds, cycling {result['rotation_sets']} input/output sets. Build {result['build_seconds']:.1f} s, "
+             f"rounds, cycling {result['rotation_sets']} sets of arrays (inputs, weights, outputs, intermediates; each candidate "
+             f"touches at least {ROTATE_BYTES >> 20} MiB per cycle). Build {result['build_seconds']:.1f} s, "
              f"measurement {result['measure_seconds']:.1f} s.", ""]
     if a:
         lines += [f"**Kendall tau-b {a['kendall_tau_b']:.3f}, Spearman {a['spearman']:.3f}** over {len(result['rows'])} "

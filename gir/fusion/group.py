@@ -73,15 +73,19 @@ def aligned(per_op: list[list[Candidate]]) -> list[tuple[list[Candidate], tuple]
 
 
 def _one_lane_placement(in_family: list[list[Candidate]]) -> list[Candidate]:
-    """Per op, its first candidate of the family at one vector width every op offers: the widest
+    """Per op, its first candidate of the family (the tiling the templates list first, which
+    decides the common grid), at one vector width every op offers for that tiling: the widest
     where the target issues 16-byte accesses, else the narrowest. Ops that place elements on
     lanes alike hand each other registers once merged, where mixed widths would re-read a
     shared input."""
-    offered = [{c.params.get("vec", 1) for c in cands} for cands in in_family]
+    def box(c):
+        return c.structure, tuple(sorted((k, v) for k, v in c.params.items() if k != "vec"))
+    twins = [[c for c in cands if box(c) == box(cands[0])] for cands in in_family]
+    offered = [{c.params.get("vec", 1) for c in same} for same in twins]
     common = set.intersection(*offered)
     wide = in_family[0][0].graph.target.timing.widest_access_bytes >= 16
     width = (max(common) if wide else min(common)) if common else 1
-    return [next((c for c in cands if c.params.get("vec", 1) == width), cands[0]) for cands in in_family]
+    return [next((c for c in same if c.params.get("vec", 1) == width), same[0]) for same in twins]
 
 
 def _on_grid(cand: Candidate, grid) -> Candidate:

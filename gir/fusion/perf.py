@@ -66,9 +66,11 @@ class Estimate:
         return f"{self.seconds * 1e6:.2f} us ({self.bound}-bound, {self.kernels} kernel(s), occupancy {self.occupancy:.0%})"
 
 
-def estimate(graph: GIRGraph) -> Estimate:
+def estimate(graph: GIRGraph, registers_per_lane: int | None = None) -> Estimate:
+    """`registers_per_lane`: 32-bit registers the compiled kernel uses (ptxas's report, the HIP
+    code object's VGPRs): occupancy from those instead of the IR's register estimate."""
     by_buffer = dram_footprint_by_buffer(graph)
-    return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM))
+    return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane)
 
 
 def quick_estimate(graph: GIRGraph) -> Estimate:
@@ -80,13 +82,13 @@ def quick_estimate(graph: GIRGraph) -> Estimate:
     return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic)
 
 
-def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict) -> Estimate:
+def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, registers_per_lane: int | None = None) -> Estimate:
     t, prim = graph.target, graph.prim
     tm = t.timing
     accesses = traffic["read"] + traffic["write"]
     shared = sum(level_bytes(graph, SHARED).values()) if t.has_level(SHARED) else 0
 
-    per_block, resident_units = _residency(graph)
+    per_block, resident_units = _residency(graph, registers_per_lane)
     concurrent_blocks = min(prim.num_blocks, per_block * t.processors)
     concurrent_units = concurrent_blocks * prim.units_per_block
     waves = ceil(prim.num_blocks / (per_block * t.processors))
@@ -124,12 +126,13 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict) -> E
                     notes={"waves": waves, "rounds": program.rounds, "blocks_per_processor": per_block})
 
 
-def _residency(graph: GIRGraph) -> tuple[int, int]:
+def _residency(graph: GIRGraph, registers_per_lane: int | None = None) -> tuple[int, int]:
     """(resident blocks per processor, resident units per processor): the least of what the
     registers, the shared memory, the unit slots and the resident-block limit allow."""
     t, prim = graph.target, graph.prim
     upb = prim.units_per_block
-    per_unit_regs = max(register_bytes_per_lane(graph), 4) * t.lanes_per_unit
+    per_lane = 4 * registers_per_lane if registers_per_lane else register_bytes_per_lane(graph)
+    per_unit_regs = max(per_lane, 4) * t.lanes_per_unit
     limits = [t.timing.max_blocks_per_processor, t.max_units_per_processor // upb]
     if t.has_level(SHARED) or t.lanes_per_unit > 1 and t.max_units_per_processor > 1:
         limits.append(REGISTER_FILE_BYTES // (per_unit_regs * upb))

@@ -228,12 +228,14 @@ RANK_TOLERANCE = 0.01
 
 
 def _clearly_faster(a: tuple, b: tuple) -> bool:
-    """`a` ranks before `b`: lowerable first, then modelled time beyond the tolerance, then bytes."""
+    """Grouping `a` ranks before `b`: lowerable first, then fewer DRAM bytes (moving the fewest
+    bytes is the first objective; a grouping that moves more is never kept for modelled time),
+    then modelled time beyond the tolerance."""
     if a[0] != b[0]:
         return a[0] < b[0]
-    if abs(a[1] - b[1]) > RANK_TOLERANCE * max(a[1], b[1]):
-        return a[1] < b[1]
-    return a[2] < b[2]
+    if a[2] != b[2]:
+        return a[2] < b[2]
+    return a[1] < b[1] * (1 - RANK_TOLERANCE)
 
 
 def _modelled(kernels: list[Kernel]) -> tuple[bool, float, int]:
@@ -362,15 +364,16 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
 
 def _ranked(kernels: list[Kernel]) -> list[Kernel]:
     """Fastest first. Within RANK_TOLERANCE of the fastest the model calls it a tie, which goes
-    to the structure whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then
-    to more threads per block (more warps resident under the block limit, latency the model
-    does not see hidden), then to the modelled time and the template's order."""
+    to fewer DRAM bytes (the compulsory-traffic objective comes first), then to the structure
+    whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then to more threads per
+    block (more warps resident under the block limit, latency the model does not see hidden),
+    then to the modelled time and the template's order."""
     fastest = min(k.estimate.seconds for k in kernels)
 
     def key(k):
         if k.estimate.seconds > fastest * (1 + RANK_TOLERANCE):
-            return (1, 0.0, 0, k.estimate.seconds)
-        return (0, -round(wide_share(k.graph), 3), -k.graph.prim.units_per_block, k.estimate.seconds)
+            return (1, 0, 0.0, 0, k.estimate.seconds)
+        return (0, k.estimate.dram_bytes, -round(wide_share(k.graph), 3), -k.graph.prim.units_per_block, k.estimate.seconds)
     return sorted(kernels, key=key)
 
 
