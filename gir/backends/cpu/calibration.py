@@ -157,7 +157,7 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
 
 
 def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:
-    """Time GIR's CPU kernel of Sigmoid over 2^16 elements, one element per unit (the 'element'
+    """Time GIR's CPU kernel of Sigmoid over 2^20 elements, one element per unit (the 'element'
     structure): per unit, the time model's dependent chain (`perf._program(...).chain`) and
     nothing to overlap it with, so the time per unit over the chain is the cycles per step."""
     from onnx import TensorProto, helper
@@ -170,7 +170,7 @@ def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:
     from gir.ir.target import CPU_NOMINAL_TIMING, local_cpu
     from gir.rewrite import optimize
     from gir.templates import candidates
-    n = 1 << 16
+    n = 1 << 20  # long enough that the parallel loop's launch is a small share of the time
     io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
     model = helper.make_model(helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"])], "sigmoid", [io("x")], [io("y")]),
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
