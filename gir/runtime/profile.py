@@ -6,7 +6,9 @@ in plan order and each is repeated where it stands (its inputs are live there; n
 reads is overwritten by itself). A step's DRAM bytes are the plan's distinct footprint
 (`Estimate.dram_bytes`, modelled: re-reads served by caches are not counted), or a library
 op's operands and result. Data that fits in the caches is re-read from them by the repeats, so
-a small step can show more GB/s than DRAM gives: the table marks steps under 1 MB."""
+a small step can show more GB/s than DRAM gives: the table marks steps under 1 MB. Next to each
+GIR kernel's measured time stands the time model's (gir/fusion/perf.py, calibrated by
+`gir calibrate` where it has run), so the two can be compared kernel by kernel."""
 from __future__ import annotations
 
 import ctypes
@@ -38,6 +40,7 @@ class StepTime:
     launches: int
     seconds: float     # median of the repeats
     dram_bytes: int
+    modelled_s: float | None = None  # the time model's figure (GIR kernels; gir/fusion/perf.py)
 
     @property
     def gbps(self) -> float:
@@ -81,7 +84,7 @@ def profile(session, feeds: dict, repeat: int = 20) -> list[StepTime]:
             nbytes = sum(g.tensors[t].size * np_dtype(g.tensors[t].dtype).itemsize for t in (*s.inputs, *s.outputs))
             out.append(StepTime(step, s.name, s.kind, 1, seconds, nbytes))
         else:
-            out.append(StepTime(step, s.name, "kernel", len(calls), seconds, s.estimate.dram_bytes))
+            out.append(StepTime(step, s.name, "kernel", len(calls), seconds, s.estimate.dram_bytes, s.estimate.seconds))
     return out
 
 
@@ -93,10 +96,11 @@ def _timed(fn) -> float:
 
 def table(rows: list[StepTime], copy_bps: float) -> str:
     """One line per step and a summary of the GIR kernels of 1 MB or more."""
-    lines = [f"{'step':>4}  {'kind':<8} {'launches':>8} {'time us':>10} {'MB':>9} {'GB/s':>8} {'% copy':>7}  name"]
+    lines = [f"{'step':>4}  {'kind':<8} {'launches':>8} {'time us':>10} {'model us':>9} {'MB':>9} {'GB/s':>8} {'% copy':>7}  name"]
     for r in rows:
         small = " (<1 MB: caches)" if r.dram_bytes < 1 << 20 else ""
-        lines.append(f"{r.step:>4}  {r.kind:<8} {r.launches:>8} {r.seconds * 1e6:>10.1f} {r.dram_bytes / 1e6:>9.3f} "
+        modelled = f"{r.modelled_s * 1e6:>9.1f}" if r.modelled_s is not None else f"{'-':>9}"
+        lines.append(f"{r.step:>4}  {r.kind:<8} {r.launches:>8} {r.seconds * 1e6:>10.1f} {modelled} {r.dram_bytes / 1e6:>9.3f} "
                      f"{r.gbps:>8.2f} {100 * r.gbps * 1e9 / copy_bps:>6.1f}%  {r.name[:60]}{small}")
     big = [100 * r.gbps * 1e9 / copy_bps for r in rows if r.kind == "kernel" and r.dram_bytes >= 1 << 20]
     lines.append(f"copy bandwidth here (C loop, OpenMP, {2 * COPY_BYTES >> 20} MB moved): {copy_bps / 1e9:.1f} GB/s")

@@ -38,9 +38,11 @@ void gir_cal_copy(float *restrict dst, const float *restrict src, long n, int th
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (long i = 0; i < n; ++i) dst[i] = src[i];
 }
-void gir_cal_empty(float *restrict dst, int threads) {
-    #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int i = 0; i < threads; ++i) dst[i] = (float)i;
+void gir_cal_empty(float *restrict dst, long n) {
+    /* as the emitted kernels launch: the default team, no num_threads clause (which made
+       every call several times dearer with GNU OpenMP) */
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; ++i) dst[i] = (float)i;
 }
 void gir_cal_issue(float *restrict x, long n, int passes) {
     for (int p = 0; p < passes; ++p) {
@@ -126,12 +128,16 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     from gir.backends.cpu.compiler import build, host_cpu
     lib = build(SOURCE, "calibration")
     lib.gir_cal_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-    lib.gir_cal_empty.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.gir_cal_empty.argtypes = [ctypes.c_void_p, ctypes.c_long]
     lib.gir_cal_issue.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
     threads = os.cpu_count() or 1
     n = COPY_BYTES // 4
     src, dst = np.ones(n, np.float32), np.zeros(n, np.float32)
     scratch = np.zeros(max(threads, 1), np.float32)
+
+    calls = 200  # first: a num_threads clause before it made the default team dearer to start
+    lib.gir_cal_empty(scratch.ctypes.data, threads)
+    launch = _best_of(lambda: [lib.gir_cal_empty(scratch.ctypes.data, threads) for _ in range(calls)], repeats) / calls
 
     def copy(t):
         return lambda: lib.gir_cal_copy(dst.ctypes.data, src.ctypes.data, n, t)
@@ -140,8 +146,6 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     progress(f"copy, {threads} thread(s): {all_bw / 1e9:.1f} GB/s")
     one_bw = 2 * COPY_BYTES / _best_of(copy(1), repeats)
     progress(f"copy, 1 thread: {one_bw / 1e9:.1f} GB/s")
-    calls = 200
-    launch = _best_of(lambda: [lib.gir_cal_empty(scratch.ctypes.data, threads) for _ in range(calls)], repeats) / calls
     progress(f"empty parallel loop: {launch * 1e6:.2f} us")
     x = np.full(ISSUE_ELEMENTS, 0.5, np.float32)
     passes = 200
