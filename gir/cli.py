@@ -318,6 +318,8 @@ def cmd_run(args) -> int:
     if not args.quiet:
         print(f"ran {len(session.plan.kernels)} kernels with the {engine} engine on {target.name} in {seconds:.3f} s "
               f"(arena {_size(session.memory.peak_bytes)})", file=sys.stderr)
+        note = getattr(session.engine, "library_note", "")
+        print(f"library ops: {session.library_path}{f' ({note})' if note else ''}", file=sys.stderr)
     if args.repeat:
         print(_latency(session, feeds, args.repeat))
     if args.profile:

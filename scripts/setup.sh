@@ -26,4 +26,9 @@ src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }'
 compile_cuda(src, "sm_90")
 compile_hip(src, "gfx90a")
 print("setup.sh: NVRTC (sm_90) and hiprtc (gfx90a) compile")
+import platform
+from gir.runtime import onednn
+if onednn.library() is None and (platform.system(), platform.machine()) == ("Linux", "x86_64"):
+    raise SystemExit(f"setup.sh: oneDNN for the CPU engine's library ops: {onednn.unavailable()}")
+print(f"setup.sh: CPU engine library ops on {onednn.version() and 'oneDNN ' + onednn.version() or 'numpy'}")
 PY

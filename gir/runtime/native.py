@@ -5,7 +5,9 @@ Why one library per plan: one compiler call instead of one per kernel (compile t
 dominated by starting gcc), and the build cache then keys a whole model. Intermediates and
 kernel-local DRAM buffers live at their planned offsets in one arena, so kernels writing
 disjoint parts of a tensor simply write the same memory, and a view shares its storage.
-Library ops (matmul, conv) run through numpy (BLAS, library.py) into their arena slots."""
+Library ops (matmul, conv) run on oneDNN (onednn.py: primitives and reordered weights made here,
+results written into their arena slots), or through numpy (BLAS, library.py) where oneDNN is
+missing or does not take the op; `library_path` says which."""
 from __future__ import annotations
 
 import ctypes
@@ -21,6 +23,7 @@ from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
 
 from .indices import GatherIndexError, gather_origins
+from . import onednn
 from .library import run_library_op
 from .memory import MemoryPlan
 
@@ -59,7 +62,13 @@ def output_roots(plan) -> set[str]:
 
 
 class NativeCpuEngine:
-    def __init__(self, plan, memory: MemoryPlan):
+    """`library_path`: "onednn X.Y.Z" when every library op runs on oneDNN, "numpy" when none
+    does (`library_note` says why), both with counts, or "none" for a plan without library
+    ops; `library_ops` maps each library op's name to its oneDNN implementation or the reason
+    numpy runs it. `library` chooses: None
+    (oneDNN where it can, $GIR_CPU_LIBRARY=numpy turns it off) or "numpy"."""
+
+    def __init__(self, plan, memory: MemoryPlan, library: str | None = None):
         self.plan, self.memory = plan, memory
         g = plan.graph
         source, launches = emit_plan(CpuEmitter(plan.target), plan)
@@ -83,8 +92,32 @@ class NativeCpuEngine:
             if k.gathers:
                 self.gathers[len(self.calls)] = gather_origins(plan, plan.steps[i].ops)
             self.calls.append((fn, [self._address(*locate(plan, memory, i, b)) for b in k.params]))
+        self.dnnl, self.library_ops = {}, {}
+        for c, call in enumerate(self.calls):
+            if isinstance(call, BasicOp):
+                made = onednn.prepare(call, g.tensors, self.constants) if library != "numpy" else "library='numpy'"
+                if isinstance(made, str):
+                    self.library_ops[call.name] = f"numpy: {made}"
+                else:
+                    self.dnnl[c] = made
+                    self.library_ops[call.name] = f"onednn: {made.impl}"
+        self.library_path, self.library_note = self._describe_path(library)
         self.fresh = output_roots(plan)
         self._lock = threading.Lock()  # one arena: runs of one session take turns
+
+    def _describe_path(self, library) -> tuple[str, str]:
+        on_dnnl, total = len(self.dnnl), len(self.library_ops)
+        if not total:
+            return "none", "the plan has no library ops"
+        version = f"onednn {onednn.version()}" if on_dnnl else ""
+        if total and on_dnnl == total:
+            return version, ""
+        if not on_dnnl:
+            why = "library='numpy'" if library == "numpy" else onednn.unavailable()
+            if not why:  # oneDNN is there but took none of the ops
+                why = sorted(set(self.library_ops.values()))[0]
+            return "numpy", why
+        return f"{version} ({on_dnnl} of {total} ops; numpy {total - on_dnnl})", ""
 
     def _address(self, where: str, what):
         """A fixed address, or the tensor name of a buffer bound at each run."""
@@ -108,8 +141,13 @@ class NativeCpuEngine:
             per_run[root] = np.empty(g.tensors[root].size, np_dtype(g.tensors[root].dtype))
         pointers = {n: a.ctypes.data for n, a in per_run.items()}
         thunks = []
-        for call in self.calls:
-            if isinstance(call, BasicOp):
+        for c, call in enumerate(self.calls):
+            if c in self.dnnl:
+                d = self.dnnl[c]
+                ptrs = [None if t is None else self._flat(t, per_run).ctypes.data for t in d.operands]
+                thunks.append(lambda d=d, ptrs=ptrs, out=self._flat(call.outputs[0], per_run).ctypes.data:
+                              d.call(*ptrs, out))
+            elif isinstance(call, BasicOp):
                 def library(call=call):
                     args = [self._flat(t, per_run).reshape(g.tensors[t].shape) for t in call.inputs]
                     self._flat(call.outputs[0], per_run)[...] = run_library_op(call, g.tensors, args).reshape(-1)

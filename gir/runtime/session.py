@@ -16,6 +16,7 @@ from .indices import check_input_indices, input_gathers
 from .memory import MemoryPlan, plan_memory
 
 ENGINES = ("native", "interpreter")
+LIBRARIES = (None, "numpy")
 
 
 class SessionError(ValueError):
@@ -70,10 +71,12 @@ class Session:
     interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse.
     `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one).
     `input_shapes`: binds symbolic dims, {input name: shape} and/or {dim_param: size}
-    (gir.frontend.load explains both)."""
+    (gir.frontend.load explains both). `library`: where the native CPU engine runs library ops
+    (matmul, conv): None for oneDNN where installed (numpy otherwise), "numpy" to force numpy;
+    `library_path` says which it uses ("onednn 3.2.0", "numpy", or both with counts)."""
 
     def __init__(self, model, target: str = "cpu", engine: str = "native", limit: int = 2, progress=None,
-                 plan_cache=None, input_shapes: dict | None = None):
+                 plan_cache=None, input_shapes: dict | None = None, library: str | None = None):
         if isinstance(model, BasicGraph) and input_shapes:
             raise SessionError(f"{model.model_name}: input_shapes binds dims when a model is loaded; this graph "
                                f"is loaded already (pass input_shapes to gir.frontend.load instead)")
@@ -83,12 +86,23 @@ class Session:
         if not isinstance(limit, (int, np.integer)) or limit < 1:
             raise SessionError(f"{self.graph.model_name}: limit (parallel structures searched per fused group) "
                                f"must be a whole number >= 1, not {limit!r}")
+        if library not in LIBRARIES:
+            raise SessionError(f"{self.graph.model_name}: unknown library {library!r}; libraries are None (oneDNN "
+                               f"where installed) and 'numpy'")
         self.target = get_target(target)
         make_engine = _engine_factory(engine, self.target, self.graph.model_name)
         self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
         self.memory = plan_memory(self.plan)
-        self.engine = make_engine(self.plan, self.memory)
+        if engine == "native" and self.target.backend == "cpu":
+            self.engine = make_engine(self.plan, self.memory, library=library)
+        else:
+            self.engine = make_engine(self.plan, self.memory)
         self._gathers = input_gathers(self.plan)
+
+    @property
+    def library_path(self) -> str:
+        """How library ops run: the native CPU engine's `library_path`; elsewhere numpy on the host."""
+        return getattr(self.engine, "library_path", "numpy")
 
     def _args(self, names) -> list[NodeArg]:
         t = self.graph.tensors

@@ -1,0 +1,262 @@
+/* GIR's library ops on oneDNN (C API): a convolution or matmul primitive created once per op
+ * when the session is made, constant weights reordered once into the layout the primitive
+ * prefers, and one call per run that points the primitive at the op's operands and at its
+ * output's arena slot. Built by gir/runtime/onednn.py with the CPU backend's compiler and
+ * linked against the onednn-cpu-gomp wheel's libdnnl (GNU OpenMP: GIR's kernels' own pool). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <oneapi/dnnl/dnnl.h>
+
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+typedef struct {
+    dnnl_primitive_t prim;
+    /* memories the primitive reads and writes, in its own layouts */
+    dnnl_memory_t src, wei, bias, dst;
+    /* the op's operands in their plain (row-major) layouts, and reorders to and from them;
+     * NULL where the primitive uses the plain layout itself */
+    dnnl_memory_t src_user, dst_user;
+    dnnl_primitive_t src_reorder, dst_reorder;
+    int wei_const, has_bias;
+} gir_op;
+
+#define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) return (int)s_; } while (0)
+
+int gir_dnnl_init(void) {
+    if (engine) return 0;
+    CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    CHECK(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+    return 0;
+}
+
+static dnnl_format_tag_t plain_tag(int ndims) {
+    static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd,
+                                             dnnl_abcde, dnnl_abcdef};
+    return ndims >= 1 && ndims <= 6 ? tags[ndims] : dnnl_format_tag_undef;
+}
+
+static int plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+    dnnl_dims_t d;
+    for (int i = 0; i < ndims; i++) d[i] = dims[i];
+    CHECK(dnnl_memory_desc_create_with_tag(md, ndims, d, dnnl_f32, plain_tag(ndims)));
+    return 0;
+}
+
+static int any_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+    dnnl_dims_t d;
+    for (int i = 0; i < ndims; i++) d[i] = dims[i];
+    CHECK(dnnl_memory_desc_create_with_tag(md, ndims, d, dnnl_f32, dnnl_format_tag_any));
+    return 0;
+}
+
+static int run_reorder(dnnl_memory_t from, dnnl_memory_t to) {
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t r;
+    const_dnnl_memory_desc_t a, b;
+    CHECK(dnnl_memory_get_memory_desc(from, &a));
+    CHECK(dnnl_memory_get_memory_desc(to, &b));
+    CHECK(dnnl_reorder_primitive_desc_create(&pd, a, engine, b, engine, NULL));
+    dnnl_status_t s = dnnl_primitive_create(&r, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (s != dnnl_success) return (int)s;
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    s = dnnl_primitive_execute(r, stream, 2, args);
+    if (s == dnnl_success) s = dnnl_stream_wait(stream);
+    dnnl_primitive_destroy(r);
+    return (int)s;
+}
+
+/* A reorder primitive between the user's plain memory and the primitive's (both own no data). */
+static int make_reorder(dnnl_memory_t from, dnnl_memory_t to, dnnl_primitive_t *r) {
+    dnnl_primitive_desc_t pd;
+    const_dnnl_memory_desc_t a, b;
+    CHECK(dnnl_memory_get_memory_desc(from, &a));
+    CHECK(dnnl_memory_get_memory_desc(to, &b));
+    CHECK(dnnl_reorder_primitive_desc_create(&pd, a, engine, b, engine, NULL));
+    dnnl_status_t s = dnnl_primitive_create(r, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return (int)s;
+}
+
+/* The primitive's memory for `what`; when its layout is not the plain `user` one, also the plain
+ * memory (`user_out`) and a reorder in the direction `to_prim` (src) or back (dst). */
+static int bind_activation(dnnl_primitive_desc_t pd, dnnl_query_t what, const_dnnl_memory_desc_t user,
+                           dnnl_memory_t *mem, dnnl_memory_t *user_out, dnnl_primitive_t *reorder, int to_prim) {
+    const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, what, 0);
+    if (dnnl_memory_desc_equal(md, user)) {
+        CHECK(dnnl_memory_create(mem, md, engine, DNNL_MEMORY_NONE));
+        return 0;
+    }
+    CHECK(dnnl_memory_create(mem, md, engine, DNNL_MEMORY_ALLOCATE));
+    CHECK(dnnl_memory_create(user_out, user, engine, DNNL_MEMORY_NONE));
+    return to_prim ? make_reorder(*user_out, *mem, reorder) : make_reorder(*mem, *user_out, reorder);
+}
+
+/* The weights: a constant is copied once into the primitive's layout; else used in place. */
+static int bind_weights(gir_op *op, dnnl_primitive_desc_t pd, const_dnnl_memory_desc_t user, const float *w) {
+    const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (!op->wei_const) {
+        CHECK(dnnl_memory_create(&op->wei, md, engine, DNNL_MEMORY_NONE));
+        return 0;
+    }
+    dnnl_memory_t plain;
+    CHECK(dnnl_memory_create(&op->wei, md, engine, DNNL_MEMORY_ALLOCATE));
+    CHECK(dnnl_memory_create(&plain, user, engine, (void *)w));
+    int s = run_reorder(plain, op->wei);
+    dnnl_memory_destroy(plain);
+    return s;
+}
+
+static int finish(gir_op *op, dnnl_primitive_desc_t pd, const_dnnl_memory_desc_t src_user,
+                  const_dnnl_memory_desc_t wei_user, const_dnnl_memory_desc_t dst_user, const float *w,
+                  char *impl, int impl_len) {
+    const char *name = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+    if (impl && impl_len > 0) {
+        strncpy(impl, name ? name : "?", impl_len - 1);
+        impl[impl_len - 1] = 0;
+    }
+    CHECK(dnnl_primitive_create(&op->prim, pd));
+    CHECK(bind_activation(pd, dnnl_query_src_md, src_user, &op->src, &op->src_user, &op->src_reorder, 1));
+    CHECK(bind_activation(pd, dnnl_query_dst_md, dst_user, &op->dst, &op->dst_user, &op->dst_reorder, 0));
+    CHECK(bind_weights(op, pd, wei_user, w));
+    if (op->has_bias) {
+        const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
+        CHECK(dnnl_memory_create(&op->bias, md, engine, DNNL_MEMORY_NONE));
+    }
+    return 0;
+}
+
+/* ONNX Conv over float32 NC[D]HW[W] with N-d spatial dims (nsp 1..3). w: the constant weights
+ * (M, C/group, k...), or NULL when they are computed (read in place at each run). blocked: let
+ * the primitive pick its activation layout (reordered in and out at each run) instead of the
+ * plain one. Returns 0 or a dnnl_status_t; *out is the op. */
+int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w_dims, const int64_t *y_dims,
+                  int64_t group, const int64_t *strides, const int64_t *dilations, const int64_t *pads_l,
+                  const int64_t *pads_r, const float *w, int has_bias, int blocked, char *impl, int impl_len) {
+    CHECK(gir_dnnl_init());
+    int nd = nsp + 2;
+    gir_op *op = calloc(1, sizeof(gir_op));
+    *out = op;
+    op->wei_const = w != NULL;
+    op->has_bias = has_bias;
+    dnnl_memory_desc_t src_user, dst_user, wei_user, src_md, dst_md, wei_md, bias_md = NULL;
+    int64_t wd[8];
+    int wnd = nd;
+    if (group > 1) {
+        wd[0] = group;
+        wd[1] = w_dims[0] / group;
+        for (int i = 1; i < nd; i++) wd[i + 1] = w_dims[i];
+        wnd = nd + 1;
+    } else {
+        for (int i = 0; i < nd; i++) wd[i] = w_dims[i];
+    }
+    CHECK(plain_md(&src_user, nd, x_dims));
+    CHECK(plain_md(&dst_user, nd, y_dims));
+    CHECK(plain_md(&wei_user, wnd, wd));
+    if (blocked) {
+        CHECK(any_md(&src_md, nd, x_dims));
+        CHECK(any_md(&dst_md, nd, y_dims));
+    } else {
+        CHECK(plain_md(&src_md, nd, x_dims));
+        CHECK(plain_md(&dst_md, nd, y_dims));
+    }
+    if (op->wei_const) CHECK(any_md(&wei_md, wnd, wd));
+    else CHECK(plain_md(&wei_md, wnd, wd));
+    if (has_bias) CHECK(plain_md(&bias_md, 1, w_dims));
+    dnnl_dims_t st, di, pl, pr;
+    for (int i = 0; i < nsp; i++) {
+        st[i] = strides[i];
+        di[i] = dilations[i] - 1;  /* oneDNN counts the gaps between taps */
+        pl[i] = pads_l[i];
+        pr[i] = pads_r[i];
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t s = dnnl_convolution_forward_primitive_desc_create(
+        &pd, engine, dnnl_forward_inference, dnnl_convolution_direct, src_md, wei_md, bias_md, dst_md, st, di, pl,
+        pr, NULL);
+    int r = (int)s;
+    if (s == dnnl_success) {
+        r = finish(op, pd, src_user, wei_user, dst_user, w, impl, impl_len);
+        dnnl_primitive_desc_destroy(pd);
+    }
+    dnnl_memory_desc_destroy(src_user); dnnl_memory_desc_destroy(dst_user); dnnl_memory_desc_destroy(wei_user);
+    dnnl_memory_desc_destroy(src_md); dnnl_memory_desc_destroy(dst_md); dnnl_memory_desc_destroy(wei_md);
+    if (bias_md) dnnl_memory_desc_destroy(bias_md);
+    return r;
+}
+
+/* numpy matmul over float32 operands of `nd` dims (batch dims broadcast where one side has 1).
+ * b: the constant right operand, or NULL when it is computed. */
+int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *b_dims, const int64_t *c_dims,
+                    const float *b, char *impl, int impl_len) {
+    CHECK(gir_dnnl_init());
+    gir_op *op = calloc(1, sizeof(gir_op));
+    *out = op;
+    op->wei_const = b != NULL;
+    dnnl_memory_desc_t a_md, b_user, b_md, c_md;
+    CHECK(plain_md(&a_md, nd, a_dims));
+    CHECK(plain_md(&c_md, nd, c_dims));
+    CHECK(plain_md(&b_user, nd, b_dims));
+    if (op->wei_const) CHECK(any_md(&b_md, nd, b_dims));
+    else CHECK(plain_md(&b_md, nd, b_dims));
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t s = dnnl_matmul_primitive_desc_create(&pd, engine, a_md, b_md, NULL, c_md, NULL);
+    int r = (int)s;
+    if (s == dnnl_success) {
+        r = finish(op, pd, a_md, b_user, c_md, b, impl, impl_len);
+        dnnl_primitive_desc_destroy(pd);
+    }
+    dnnl_memory_desc_destroy(a_md); dnnl_memory_desc_destroy(b_user);
+    dnnl_memory_desc_destroy(b_md); dnnl_memory_desc_destroy(c_md);
+    return r;
+}
+
+/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot. */
+int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst) {
+    dnnl_exec_arg_t args[5];
+    int n = 0;
+    if (op->src_reorder) {
+        CHECK(dnnl_memory_set_data_handle(op->src_user, src));
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->src_user}, {DNNL_ARG_TO, op->src}};
+        CHECK(dnnl_primitive_execute(op->src_reorder, stream, 2, ra));
+    } else {
+        CHECK(dnnl_memory_set_data_handle(op->src, src));
+    }
+    if (!op->wei_const) CHECK(dnnl_memory_set_data_handle(op->wei, wei));
+    if (op->dst_reorder) CHECK(dnnl_memory_set_data_handle(op->dst_user, dst));
+    else CHECK(dnnl_memory_set_data_handle(op->dst, dst));
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, op->src};
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, op->wei};
+    if (op->has_bias) {
+        CHECK(dnnl_memory_set_data_handle(op->bias, bias));
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, op->bias};
+    }
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, op->dst};
+    CHECK(dnnl_primitive_execute(op->prim, stream, n, args));
+    if (op->dst_reorder) {
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->dst}, {DNNL_ARG_TO, op->dst_user}};
+        CHECK(dnnl_primitive_execute(op->dst_reorder, stream, 2, ra));
+    }
+    CHECK(dnnl_stream_wait(stream));
+    return 0;
+}
+
+void gir_dnnl_free(gir_op *op) {
+    if (!op) return;
+    if (op->prim) dnnl_primitive_destroy(op->prim);
+    if (op->src_reorder) dnnl_primitive_destroy(op->src_reorder);
+    if (op->dst_reorder) dnnl_primitive_destroy(op->dst_reorder);
+    dnnl_memory_t mems[] = {op->src, op->wei, op->bias, op->dst, op->src_user, op->dst_user};
+    for (int i = 0; i < 6; i++)
+        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    free(op);
+}
+
+/* The library's version, for the Session's report. */
+void gir_dnnl_version(int *v) {
+    const dnnl_version_t *ver = dnnl_version();
+    v[0] = ver->major; v[1] = ver->minor; v[2] = ver->patch;
+}

@@ -1,0 +1,120 @@
+"""CPU latency of gir.Session and onnxruntime, each runtime alone in its own process.
+
+    PYTHONPATH=. python3 scripts/bench_cpu.py [--models NAME ...] [--threads 1 0] [--runs 20]
+        [--runtimes gir ort] [--tiny] [--out results/bench_cpu]
+
+Per (model, thread count, runtime) one fresh process builds the model, creates the session
+(GIR's plan cache is the persistent one, so only the first process of a model searches),
+runs once to warm up, then reports the median of --runs runs and its peak resident memory.
+Runtimes: `gir` (library ops through oneDNN where installed), `gir-numpy` (the numpy
+fallback, GIR_CPU_LIBRARY=numpy) and `ort` (onnxruntime's CPUExecutionProvider). Threads 0
+means each runtime's default; 1 sets OMP_NUM_THREADS=1 (GIR's OpenMP and oneDNN, OpenBLAS)
+and onnxruntime's intra_op_num_threads=1. Prints a table of GIR/onnxruntime ratios; --out
+writes OUT.json and OUT.md. Nothing is paired: interleaving runtimes in one process slows
+the one after a run of the other (issue 25).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+RUNTIMES = ("gir", "gir-numpy", "ort")
+
+
+def child(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
+    import resource
+
+    import numpy as np
+    import models
+    model = models.load_bundled(name) if tiny else models.build(name)
+    feeds = models.example_inputs(model, 0)
+    start = time.perf_counter()
+    if runtime == "ort":
+        import onnxruntime as ort
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        path = "onnxruntime"
+    else:
+        import gir
+        from gir.cache import Store, gir_version
+        from gir.ir import get_target
+        store = Store("plan", gir_version(), repr(get_target("cpu")), 2)
+        session = gir.Session(model, target="cpu", plan_cache=store)
+        path = getattr(session.engine, "library_path", "numpy")
+    ready = time.perf_counter() - start
+    session.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    return {"model": name, "runtime": runtime, "threads": threads, "ms": float(np.median(times)) * 1e3,
+            "session_s": ready, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "path": path}
+
+
+def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
+    env = dict(os.environ)
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    if runtime == "gir-numpy":
+        env["GIR_CPU_LIBRARY"] = "numpy"
+    cmd = [sys.executable, __file__, "--child", name, runtime, str(threads), str(runs)] + (["--tiny"] if tiny else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        return {"model": name, "runtime": runtime, "threads": threads, "error": proc.stderr.strip().splitlines()[-1:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict], runtimes: list[str]) -> str:
+    by = {(r["model"], r["threads"], r["runtime"]): r for r in rows}
+    gir_runtimes = [r for r in runtimes if r != "ort"]
+    head = (["model", "threads"] + [f"{r} ms" for r in runtimes] + [f"{r}/ort" for r in gir_runtimes]
+            + [f"{r} peak MB" for r in runtimes])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, threads in dict.fromkeys((r["model"], r["threads"]) for r in rows):
+        cells = [model, str(threads or "default")]
+        ms = {rt: by.get((model, threads, rt), {}).get("ms") for rt in runtimes}
+        cells += [f"{ms[rt]:.2f}" if ms[rt] else "error" for rt in runtimes]
+        cells += [f"{ms[rt] / ms['ort']:.2f}x" if ms[rt] and ms.get("ort") else "" for rt in gir_runtimes]
+        cells += [f"{by[(model, threads, rt)]['peak_mb']:.0f}" if ms[rt] else "" for rt in runtimes]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _, _, name, runtime, threads, runs, *rest = sys.argv
+        print(json.dumps(child(name, runtime, int(threads), int(runs), "--tiny" in rest)))
+        return
+    sys.path.insert(0, os.getcwd())
+    import models
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=[n for n in models.MODELS if n != "gpt2_b128"])
+    ap.add_argument("--threads", nargs="*", type=int, default=[1, 0])
+    ap.add_argument("--runtimes", nargs="*", default=["gir", "ort"], choices=RUNTIMES)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    rows = []
+    for name in args.models:
+        for threads in args.threads:
+            for runtime in args.runtimes:
+                rows.append(measure(name, runtime, threads, args.runs, args.tiny))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    text = table(rows, args.runtimes)
+    print(text)
+    if args.out:
+        with open(args.out + ".json", "w") as f:
+            json.dump(rows, f, indent=1)
+        with open(args.out + ".md", "w") as f:
+            f.write(f"# GIR and onnxruntime on the CPU, each alone in its own process\n\n"
+                    f"`{' '.join(['python3'] + sys.argv)}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+                    f"{os.cpu_count()} cores; median of {args.runs} runs after one warm-up.\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()

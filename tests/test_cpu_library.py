@@ -1,0 +1,201 @@
+"""Library ops (conv, matmul) of the native CPU engine on oneDNN and on the numpy fallback,
+against the numpy oracle and onnxruntime; and the Session saying which path it uses."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gir
+from gir.frontend.basic import BasicOp, Tensor
+from gir.frontend.reference import conv_reference
+from gir.runtime import onednn
+from gir.runtime.library import run_library_op
+
+needs_onednn = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN: {onednn.unavailable()}")
+
+CONVS = {  # x shape, w shape, strides, pads (begin..., end...), dilations, group, bias
+    "dense": ((2, 5, 9, 8), (7, 5, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True),
+    "dense_no_bias": ((1, 4, 6, 6), (8, 4, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], 1, False),
+    "pointwise": ((1, 16, 7, 5), (24, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True),
+    "grouped_strided_dilated": ((2, 6, 9, 11), (4, 3, 3, 2), [2, 1], [1, 0, 2, 1], [1, 2], 2, True),
+    "depthwise": ((1, 8, 7, 7), (8, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 8, True),
+    "depthwise_strided": ((1, 16, 12, 12), (16, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 16, True),
+    "depthwise_multiplier": ((1, 6, 8, 8), (12, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 6, False),
+    "asymmetric_pads": ((1, 3, 10, 9), (4, 3, 3, 3), [2, 2], [0, 1, 2, 0], [1, 1], 1, True),
+    "1d": ((1, 3, 10), (5, 3, 3), [2], [1, 1], [2], 1, True),
+    "3d": ((1, 4, 5, 6, 7), (6, 2, 2, 3, 2), [1, 2, 1], [0, 1, 0, 1, 0, 1], [1, 1, 2], 2, True),
+}
+
+MATMULS = {  # A shape, B shape, B constant
+    "2d": ((5, 7), (7, 3), True),
+    "2d_runtime_b": ((5, 7), (7, 3), False),
+    "batched": ((4, 5, 7), (4, 7, 3), False),
+    "batched_const_b": ((2, 3, 5, 7), (2, 3, 7, 6), True),
+    "broadcast_b": ((2, 3, 5, 7), (7, 6), True),
+    "broadcast_both": ((2, 1, 5, 7), (3, 7, 6), False),
+    "vector_a": ((7,), (2, 7, 3), False),
+    "vector_b": ((3, 5, 7), (7,), True),
+}
+
+
+def _tensor(name, shape, value=None):
+    return Tensor(name, tuple(shape), "float32", value)
+
+
+def _conv_case(case):
+    xs, ws, strides, pads, dilations, group, bias = CONVS[case]
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws, ws[:1]))
+    want = conv_reference(x, w, b if bias else None, strides, pads, dilations, group)
+    tensors = {"x": _tensor("x", xs), "w": _tensor("w", ws, w), "b": _tensor("b", ws[:1], b),
+               "y": _tensor("y", want.shape)}
+    op = BasicOp("conv", "conv", ["x", "w"] + (["b"] if bias else []), ["y"],
+                 {"strides": tuple(strides), "pads": tuple(pads), "dilations": tuple(dilations), "group": group}, "test")
+    return op, tensors, {"x": x, "w": w, "b": b}, want
+
+
+def _run_dnnl(op, tensors, values, constants, **kw):
+    made = onednn.prepare(op, tensors, {n: values[n].reshape(-1) for n in constants}, **kw)
+    assert not isinstance(made, str), made
+    y = np.full(tensors[op.outputs[0]].shape, np.nan, np.float32)
+    made.call(*[0 if t is None else values[t].ctypes.data for t in made.operands], y.ctypes.data)
+    return y
+
+
+def _close(got, want):
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", CONVS)
+@pytest.mark.parametrize("blocked", [False, True])
+def test_conv_on_onednn(case, blocked):
+    op, tensors, values, want = _conv_case(case)
+    _close(_run_dnnl(op, tensors, values, ["w"], blocked=blocked), want)
+
+
+@needs_onednn
+def test_conv_with_computed_weights_on_onednn():
+    op, tensors, values, want = _conv_case("grouped_strided_dilated")
+    tensors["w"] = _tensor("w", tensors["w"].shape)  # not a constant: read in place at each run
+    _close(_run_dnnl(op, tensors, values, []), want)
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_conv_on_numpy(case):
+    op, tensors, values, want = _conv_case(case)
+    _close(run_library_op(op, tensors, [values[n] for n in op.inputs]), want)
+
+
+def _matmul_case(case):
+    a_shape, b_shape, const = MATMULS[case]
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    want = np.matmul(a, b)
+    tensors = {"a": _tensor("a", a_shape), "b": _tensor("b", b_shape, b if const else None),
+               "c": _tensor("c", want.shape)}
+    return BasicOp("mm", "matmul", ["a", "b"], ["c"], {}, "test"), tensors, {"a": a, "b": b}, want, const
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", MATMULS)
+def test_matmul_on_onednn(case):
+    op, tensors, values, want, const = _matmul_case(case)
+    _close(_run_dnnl(op, tensors, values, ["b"] if const else []), want)
+
+
+@pytest.mark.parametrize("case", MATMULS)
+def test_matmul_on_numpy(case):
+    op, tensors, values, want, _ = _matmul_case(case)
+    _close(run_library_op(op, tensors, [values[n] for n in op.inputs]), want)
+
+
+def test_onednn_declines_what_it_does_not_run():
+    t = {"a": Tensor("a", (4, 8), "float16"), "b": Tensor("b", (8, 4), "float16"), "c": Tensor("c", (4, 4), "float16")}
+    why = onednn.prepare(BasicOp("mm", "matmul", ["a", "b"], ["c"], {}, "test"), t, {})
+    assert isinstance(why, str)
+
+
+# Whole models: big enough that the CPU partition sends the conv/matmul to the library.
+
+def _model(nodes, inputs, inits, out_shape):
+    graph = helper.make_graph(nodes, "lib", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(v, n) for n, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _models():
+    rng = np.random.default_rng(2)
+
+    def r(*s):
+        return rng.standard_normal(s).astype(np.float32) * 0.1
+
+    yield "conv_relu_add", _model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Conv", ["r", "dw", "db"], ["d"], pads=[1, 1, 1, 1], group=32, strides=[2, 2]),
+         helper.make_node("Conv", ["d", "pw"], ["p"]),
+         helper.make_node("Add", ["p", "p"], ["y"])],
+        [("x", [1, 16, 24, 24])],
+        {"w": r(32, 16, 3, 3), "b": r(32), "dw": r(32, 1, 3, 3), "db": r(32), "pw": r(48, 32, 1, 1)}, [1, 48, 12, 12])
+    yield "gemm_variants", _model(
+        [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1, alpha=0.5, beta=2.0),
+         helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Gemm", ["r", "w2"], ["g"], transA=1),
+         helper.make_node("MatMul", ["g", "w3"], ["y"])],
+        [("x", [64, 96])], {"w1": r(128, 96), "b1": r(128), "w2": r(64, 80), "w3": r(80, 72)}, [128, 72])
+    yield "batched_matmul", _model(
+        [helper.make_node("MatMul", ["x", "x2"], ["m"]),
+         helper.make_node("MatMul", ["m", "w"], ["y"])],
+        [("x", [2, 3, 48, 64]), ("x2", [3, 64, 48])], {"w": r(48, 80)}, [2, 3, 48, 80])
+
+
+@pytest.mark.parametrize("library", [None, "numpy"])
+@pytest.mark.parametrize("name,model", list(_models()), ids=[n for n, _ in _models()])
+def test_session_matches_onnxruntime(name, model, library):
+    rng = np.random.default_rng(3)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input}
+    session = gir.Session(model, target="cpu", library=library)
+    ops = session.engine.library_ops
+    assert ops, f"{name}: no library op in the plan"
+    if library == "numpy" or onednn.library() is None:
+        assert session.library_path == "numpy" and all(v.startswith("numpy") for v in ops.values())
+    else:
+        assert session.library_path.startswith("onednn") and all(v.startswith("onednn") for v in ops.values()), ops
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = session.run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_session_reports_its_path(monkeypatch):
+    _, model = next(_models())
+    assert gir.Session(model, target="cpu", library="numpy").library_path == "numpy"
+    monkeypatch.setenv(onednn.ENV, "numpy")
+    session = gir.Session(model, target="cpu")
+    assert session.library_path == "numpy" and onednn.ENV in session.engine.library_note
+    monkeypatch.delenv(onednn.ENV)
+    monkeypatch.setattr(onednn, "_load", lambda: None)  # the wheel missing: numpy runs every library op
+    assert gir.Session(model, target="cpu").library_path == "numpy"
+    with pytest.raises(gir.runtime.session.SessionError, match="unknown library"):
+        gir.Session(model, target="cpu", library="mkl")
+
+
+@needs_onednn
+def test_session_on_onednn_says_so():
+    _, model = next(_models())
+    session = gir.Session(model, target="cpu")
+    assert session.library_path == f"onednn {onednn.version()}"
+
+
+def test_gir_run_prints_the_path(tmp_path, capsys):
+    from gir.cli import main
+    _, model = next(_models())
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    assert main(["run", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert f"library ops: {gir.Session(model, target='cpu').library_path}" in err
