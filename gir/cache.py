@@ -29,6 +29,7 @@ from pathlib import Path
 KINDS = {
     "model": "whole `gir compile` outputs, by model file, target and options",
     "plan": "searched and rewritten fused kernels, by group structure and target",
+    "session": "whole plans of gir.Session (graph, kernels, memory plan), by model bytes and target",
     "cuda": "NVRTC PTX and cubin, by source and architecture",
     "hip": "hiprtc code objects, by source and architecture",
     "native": "shared libraries of the CPU backend and of the CPU harness, by source",

@@ -1,8 +1,11 @@
 """`gir.Session`: an onnxruntime-like inference session over a compiled plan."""
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -63,13 +66,47 @@ def _engine_factory(name: str, target, model: str):
     return lambda plan, memory: DeviceEngine(plan, memory, launcher)
 
 
+def _session_cache(model, input_shapes, target, limit, plan_cache):
+    """(Store, key) of whole plans when `plan_cache` is the persistent cache, else (None, None).
+    A model file or ModelProto seen before with the same bound shapes, target, `limit` and GIR
+    version is not loaded or planned again: its graph, plan and memory plan are read back
+    (bert_tiny in a fresh process: 6-10 s of planning with every fused group a plan-cache hit,
+    against a fraction of a second). The key is the model's bytes (and external data), hashed
+    without parsing them; a BasicGraph is planned every time."""
+    from gir.cache import Store, gir_version
+    if not isinstance(plan_cache, Store) or isinstance(model, BasicGraph):
+        return None, None
+    if isinstance(model, (str, os.PathLike)):
+        from gir.model_digest import model_digest
+        try:  # the file's stem names the model (error messages)
+            digest = model_digest(os.fspath(model)), "file", Path(model).stem
+        except Exception:  # noqa: BLE001 -- a refused model: the loader says why, uncached
+            digest = None
+        if digest and digest[0] is None:
+            digest = None
+    elif hasattr(model, "SerializeToString"):
+        digest = hashlib.sha256(model.SerializeToString()).hexdigest(), "proto"
+    else:
+        digest = None
+    if digest is None:
+        return None, None
+    shapes = tuple(sorted((str(k), tuple(v) if isinstance(v, (list, tuple)) else v)
+                          for k, v in (input_shapes or {}).items()))
+    try:
+        target = repr(get_target(target))
+    except Exception:  # noqa: BLE001 -- an unknown target: the session reports it, uncached
+        return None, None
+    return Store("session", gir_version(), target, limit), (digest, shapes)
+
+
 class Session:
     """Session(path_or_ModelProto, target="cpu").run(output_names, feeds), as onnxruntime's
     InferenceSession (a BasicGraph already loaded is accepted too). Kernels are compiled when
     the session is created. Engines: "native" (the target's own code: C + OpenMP on the CPU,
     CUDA or HIP on a GPU, NoDeviceError where there is none) or "interpreter" (the reference
     interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse.
-    `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one).
+    `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one); with
+    it, a model file or ModelProto planned before is read back whole (`cached` says so).
     `input_shapes`: binds symbolic dims, {input name: shape} and/or {dim_param: size}
     (gir.frontend.load explains both). `library`: where the native CPU engine runs library ops
     (matmul, conv): None for oneDNN where installed (numpy otherwise), "numpy" to force numpy;
@@ -80,7 +117,12 @@ class Session:
         if isinstance(model, BasicGraph) and input_shapes:
             raise SessionError(f"{model.model_name}: input_shapes binds dims when a model is loaded; this graph "
                                f"is loaded already (pass input_shapes to gir.frontend.load instead)")
-        self.graph = model if isinstance(model, BasicGraph) else load(model, input_shapes=input_shapes)
+        sessions, key = _session_cache(model, input_shapes, target, limit, plan_cache)
+        cached = sessions.get(key) if sessions is not None else None
+        if cached is not None:
+            self.graph = cached[0]
+        else:
+            self.graph = model if isinstance(model, BasicGraph) else load(model, input_shapes=input_shapes)
         if engine not in ENGINES:
             raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
         if not isinstance(limit, (int, np.integer)) or limit < 1:
@@ -91,8 +133,14 @@ class Session:
                                f"where installed) and 'numpy'")
         self.target = get_target(target)
         make_engine = _engine_factory(engine, self.target, self.graph.model_name)
-        self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
-        self.memory = plan_memory(self.plan)
+        if cached is not None:
+            _, self.plan, self.memory = cached
+        else:
+            self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
+            self.memory = plan_memory(self.plan)
+            if sessions is not None:
+                sessions[key] = (self.graph, self.plan, self.memory)
+        self.cached = cached is not None
         if engine == "native" and self.target.backend == "cpu":
             self.engine = make_engine(self.plan, self.memory, library=library)
         else:

@@ -1,0 +1,76 @@
+"""gir.Session with the persistent cache reads a model's whole plan back instead of planning it
+again (fast start, issue 25); the key is the model's bytes, bound shapes, target and limit."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from onnx import TensorProto, helper, numpy_helper
+
+import gir
+from gir.cache import Store, gir_version
+from gir.ir import get_target
+
+
+def _model():
+    w = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+         helper.make_node("Add", ["r", "m"], ["y"])], "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.fixture
+def path(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))
+    onnx.save(_model(), str(tmp_path / "small.onnx"))
+    return str(tmp_path / "small.onnx")
+
+
+def _store(limit=2):
+    return Store("plan", gir_version(), repr(get_target("cpu")), limit)
+
+
+def test_a_model_planned_before_is_read_back(path):
+    first = gir.Session(path, target="cpu", plan_cache=_store())
+    again = gir.Session(path, target="cpu", plan_cache=_store())
+    assert not first.cached and again.cached
+    assert [k.name for k in again.plan.kernels] == [k.name for k in first.plan.kernels]
+    feeds = {"x": np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)}
+    for a, b in zip(first.run(None, feeds), again.run(None, feeds)):
+        np.testing.assert_array_equal(a, b)
+    proto = onnx.load(path)  # a ModelProto is keyed by its bytes too
+    assert not gir.Session(proto, target="cpu", plan_cache=_store()).cached
+    assert gir.Session(proto, target="cpu", plan_cache=_store()).cached
+
+
+def test_what_changes_the_plan_changes_the_key(path):
+    gir.Session(path, target="cpu", plan_cache=_store())
+    assert not gir.Session(path, target="cpu", limit=1, plan_cache=_store(1)).cached
+    assert not gir.Session(path, target="cpu").cached  # no persistent cache given: planned every time
+    graph = gir.frontend.load(path)
+    assert not gir.Session(graph, target="cpu", plan_cache=_store()).cached  # a loaded graph: no model bytes
+
+
+def test_a_fresh_process_reads_it_back(path):
+    code = ("import sys, gir; from gir.cache import Store, gir_version; from gir.ir import get_target; "
+            "s = gir.Session(sys.argv[1], target='cpu', plan_cache=Store('plan', gir_version(), "
+            "repr(get_target('cpu')), 2)); print(s.cached)")
+    env = dict(os.environ)
+    out = [subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, check=True)
+           .stdout.split() for _ in range(2)]
+    assert out == [["False"], ["True"]]
+
+
+@pytest.mark.parametrize("damage", [b"", b"GIRCACHE1\nnot a pickle"])
+def test_a_damaged_entry_is_planned_again(path, tmp_path, damage):
+    gir.Session(path, target="cpu", plan_cache=_store())
+    for entry in (tmp_path / "cache" / "session").glob("*.pkl"):
+        entry.write_bytes(damage)
+    assert not gir.Session(path, target="cpu", plan_cache=_store()).cached
+    assert gir.Session(path, target="cpu", plan_cache=_store()).cached
