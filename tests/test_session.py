@@ -13,8 +13,7 @@ import gir
 import models
 from gir.backends.cuda.emitter import CudaEmitter
 from gir.backends.errors import NoDeviceError
-from gir.backends.harness.runner import run_kernel
-from gir.backends.launcher_base import DeviceBuffer, Launcher
+from gir.backends.harness.recording import RecordingLauncher
 from gir.frontend.basic import BasicOp
 from gir.runtime import SessionError, device
 
@@ -99,43 +98,13 @@ def _mlp_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-class HarnessLauncher(Launcher):
-    """Device memory in host arrays; a launch runs the emitted CUDA on the CPU harness."""
+class HarnessLauncher(RecordingLauncher):
+    """The recording stand-in of a GPU (device memory in host arrays, kernels on the CPU
+    harness, GEMMs in numpy with cuBLAS's conventions); `launches` counts kernel launches."""
 
-    def __init__(self):
-        self.allocations: dict[int, np.ndarray] = {}
-        self.launches = 0
-
-    def view(self, buf: DeviceBuffer) -> np.ndarray:
-        for base, a in self.allocations.items():
-            if base <= buf.ptr and buf.ptr + buf.nbytes <= base + a.nbytes:
-                return a[buf.ptr - base:buf.ptr - base + buf.nbytes]
-        raise AssertionError(f"{buf} lies in no allocation")
-
-    def load(self, binary, kernel_name):
-        return binary.source, kernel_name
-
-    def alloc(self, nbytes):
-        a = np.full(nbytes, 0xFF, np.uint8)  # NaN-poisoned, like a fresh device buffer is not zero
-        self.allocations[a.ctypes.data] = a
-        return DeviceBuffer(a.ctypes.data, nbytes)
-
-    def free(self, buf):
-        del self.allocations[buf.ptr]
-
-    def upload(self, buf, array):
-        self.view(buf)[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-
-    def download(self, buf, array):
-        array.reshape(-1).view(np.uint8)[:] = self.view(buf)[:array.nbytes]
-
-    def launch(self, kernel, grid, block, shared_bytes, args):
-        source, name = kernel
-        run_kernel(source, name, (grid,), (block,), [self.view(a) for a in args], "cuda", shared_bytes)
-        self.launches += 1
-
-    def synchronize(self):
-        pass
+    @property
+    def launches(self) -> int:
+        return self.counts()["launch"]
 
 
 def test_gpu_engine_on_the_cpu_harness(monkeypatch):
@@ -150,8 +119,10 @@ def test_gpu_engine_on_the_cpu_harness(monkeypatch):
     assert any(isinstance(step, BasicOp) and step.kind == "matmul" for step in session.plan.steps)
     x = np.random.default_rng(1).standard_normal((128, 512)).astype(np.float32)
     assert_matches(session.run(None, {"x": x}), ort_outputs(model, {"x": x}))
-    assert launcher.launches > 0 and len(launcher.allocations) == 1 + sum(
-        t.value is not None for t in session.plan.graph.tensors.values())  # per-run buffers freed
+    assert launcher.launches > 0 and launcher.counts()["gemm"] > 0
+    mark = launcher.mark()
+    session.run(None, {"x": x})
+    assert launcher.counts(mark)["alloc"] == 0  # everything a run touches was placed at creation
 
 
 def _computed_gather():

@@ -21,6 +21,12 @@ class NoDeviceError(RuntimeError):
     """No GPU driver or device here: kernels compile but cannot be launched."""
 
 
+class LibraryUnavailable(NoDeviceError):
+    """The device is there (or may be) but a vendor library or Python extra the GPU runtime
+    needs is not: the one-line message names what is missing and how to install it. A kind of
+    NoDeviceError: the model cannot run on this machine's GPU, and there is no host fallback."""
+
+
 class IndexOutOfRange(ValueError):
     """A kernel reported a Gather index outside [-n, n) (it clamped it, so memory stayed
     safe); the runtime turns it into a GatherIndexError naming model and node."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import LibraryUnavailable
 from .kernels import allocate_dram, check_gather_flag, collect_outputs, gather_flags
 
 
@@ -36,9 +37,50 @@ def c_arg(i: int, value):
 
 
 class Launcher:
-    """load(binary, kernel_name) -> kernel; alloc/free/upload/download; launch; synchronize."""
+    """load(binary, kernel_name) -> kernel; alloc/free/upload/download; launch; synchronize.
+
+    The device runtime (gir/runtime/device.py) also uses the stream-ordered part: copy_in /
+    copy_out (asynchronous copies on the launcher's one stream; synchronous here), launch and
+    gemm enqueue on that stream, and sync() waits for all of it: one wait per run. A GEMM is
+    a blas.Gemm on device pointers in cuBLAS's column-major convention; check_library()
+    raises LibraryUnavailable (one line: what is missing, how to get it) where the vendor
+    library is not there, never a host fallback. begin_capture / end_capture / replay record
+    the enqueued work once and launch it again as one graph (CUDA graphs) where supported."""
 
     arch: str | None = None  # the device's compile target, e.g. "sm_90" or "gfx90a"
+    library: str = "none"    # the GEMM library, for messages ("cublaslt 13.0", "hipblas")
+    supports_capture: bool = False
+
+    def check_library(self) -> None:
+        raise LibraryUnavailable(f"{type(self).__name__} has no GEMM library binding")
+
+    def prepare_gemm(self, gemm) -> None:
+        """Plan a Gemm's shape once (descriptors, algorithm), before any capture."""
+
+    def gemm(self, gemm) -> None:
+        raise LibraryUnavailable(f"{type(self).__name__} has no GEMM library binding")
+
+    def host_array(self, nbytes: int) -> np.ndarray:
+        """A host staging buffer for asynchronous copies (pinned memory where the API has it)."""
+        return np.empty(nbytes, np.uint8)
+
+    def copy_in(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        self.upload(buf, array)
+
+    def copy_out(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        self.download(buf, array)
+
+    def sync(self) -> None:
+        self.synchronize()
+
+    def begin_capture(self) -> None:
+        raise NotImplementedError
+
+    def end_capture(self):
+        raise NotImplementedError
+
+    def replay(self, graph) -> None:
+        raise NotImplementedError
 
     def load(self, binary, kernel_name: str):
         raise NotImplementedError

@@ -1,34 +1,67 @@
-"""The GPU engine (targets cuda and hip): the plan's kernels compiled once into one module
-(NVRTC, hiprtc) and launched through the backend's Launcher, intermediates at their planned
-offsets in one device arena.
+"""The GPU engine (targets cuda and hip): everything stays on the device.
 
-Library ops (matmul, conv) run on the host through numpy (library.py), operands copied over: no
-cuBLAS binding is installed (cuda-bindings 13.0 has none) and Debian's ROCm 5.2 ships no
-hipBLAS library for hip-python's binding. Correct, not fast; the vendor library is the
-place to improve. Sessions open the launcher before planning, so without a GPU the error (the
-launcher's one-line NoDeviceError) comes before any work."""
+When the Session is created: the plan's kernels (and one im2col kernel per convolution that
+needs one) are compiled into one module (NVRTC, hiprtc); the arena of intermediates, the
+weights, the inputs and outputs, the im2col buffer and the gather flags are allocated once;
+the weights are uploaded once; every library op becomes GEMM calls on device pointers
+(blas.Gemm, cuBLASLt through nvmath-python on NVIDIA, hipBLAS through hip-python on AMD).
+Where the launcher supports it, the whole plan is captured once as a graph (CUDA graphs).
+
+A run: copy the feeds in, launch the plan (or replay the graph) on the launcher's one stream,
+copy the outputs out, wait once. No weight moves and no other host-device traffic; a gather
+flag is read back (in the same wait) only for kernels whose indices are computed on the
+device (indices fed as inputs are checked on the host before the run).
+
+A convolution is im2col (a generated copy kernel: (N, C, *kernel, *out) from the padded,
+strided, dilated windows; skipped for 1x1 stride-1 unpadded convs, whose input already is
+that matrix) and one strided-batched GEMM per image over the groups, Y[n, g] = W[g] @
+col[n, g], with the bias added as a rank-1 GEMM (bias x ones, beta = 1). The weights are used
+where they are: (M, C/g, *kernel) row-major is already (G, M/G, C/G * taps).
+
+Sessions open the launcher before planning, so without a GPU or the Python extra the error
+(NoDeviceError, or its kind LibraryUnavailable) is one line before any work; a missing
+vendor library (no hipBLAS) is one line when the plan needs it, never a host fallback."""
 from __future__ import annotations
 
+import importlib.util
 import threading
+from math import prod
 
 import numpy as np
 
+from gir.backends.blas import DTYPES, row_major_matmul
+from gir.backends.errors import LibraryUnavailable
 from gir.backends.kernels import check_resources, check_shared
 from gir.backends.launcher_base import DeviceBuffer, Launcher
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
 
 from .indices import GatherIndexError, gather_origins
-from .library import run_library_op
 from .memory import MemoryPlan
 from .native import emit_plan, locate, output_roots
 
-
 BACKENDS = ("cuda", "hip")
+EXTRAS = {"cuda": ("gir[cuda]", ("nvmath", "cuda.bindings")), "hip": ("gir[rocm]", ("hip",))}
+IM2COL_THREADS = 256
+
+
+def check_extra(backend: str) -> None:
+    """The Python packages of the backend's runtime extra; LibraryUnavailable naming it."""
+    extra, modules = EXTRAS[backend]
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise LibraryUnavailable(f"the {backend} runtime needs the {extra} extra ({module} is not installed): "
+                                     f"pip install '{extra}'")
 
 
 def open_launcher(backend: str) -> Launcher:
-    """The device's launcher (backend "cuda" or "hip"); NoDeviceError where there is none."""
+    """The device's launcher (backend "cuda" or "hip"); LibraryUnavailable without the Python
+    extra, NoDeviceError without a device."""
+    check_extra(backend)
     if backend == "cuda":
         from gir.backends.cuda.launcher import CudaLauncher
         return CudaLauncher()
@@ -47,92 +80,232 @@ def _toolchain(backend: str):
     return HipEmitter, compile_hip, None
 
 
+_BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+
+def im2col_source(name: str, x_shape, kernel, strides, pads, dilations, out_sp, itemsize: int) -> str:
+    """A copy kernel writing col (N, C, *kernel, *out) row-major from x (N, C, *spatial):
+    col[n, c, k.., o..] = x[n, c, o * stride - pad + k * dilation] or 0 outside. One thread
+    per element; elements move as raw bits (any float type, no headers)."""
+    t = _BITS[itemsize]
+    sp, nsp = x_shape[2:], len(x_shape) - 2
+    total = x_shape[0] * x_shape[1] * prod(kernel) * prod(out_sp)
+    body = [f"  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+            f"  if (i >= {total}LL) return;", "  long long r = i;"]
+    body += [f"  long long o{d} = r % {out_sp[d]}; r /= {out_sp[d]};" for d in reversed(range(nsp))]
+    body += [f"  long long k{d} = r % {kernel[d]}; r /= {kernel[d]};" for d in reversed(range(nsp))]
+    index, inside = "r", []
+    for d in range(nsp):
+        body.append(f"  long long h{d} = o{d} * {strides[d]} - {pads[d]} + k{d} * {dilations[d]};")
+        inside.append(f"h{d} >= 0 && h{d} < {sp[d]}")
+        index = f"({index}) * {sp[d]} + h{d}"
+    body.append(f"  col[i] = ({' && '.join(inside) or '1'}) ? x[{index}] : ({t})0;")
+    return f'extern "C" __global__ void {name}(const {t}* __restrict__ x, {t}* __restrict__ col) {{\n' + \
+        "\n".join(body) + "\n}\n"
+
+
+def _direct(attrs, w_shape) -> bool:
+    """A 1x1, stride-1, unpadded conv reads its input as the GEMM's matrix (no im2col)."""
+    return all(k == 1 for k in w_shape[2:]) and all(s == 1 for s in attrs["strides"]) and not any(attrs["pads"])
+
+
+def host_checked_gathers(plan) -> set[str]:
+    """Gather ops whose indices are a graph input (through views): checked on the host."""
+    g = plan.graph
+    views = {op.outputs[0]: op.inputs[0] for op in g.ops if op.kind == "view"}
+    found = set()
+    for op in g.ops:
+        if op.kind == "gather":
+            source = op.inputs[1]
+            while source in views or source in plan.aliases:
+                source = views.get(source) or plan.aliases[source]
+            if source in g.inputs:
+                found.add(op.name)
+    return found
+
+
 class DeviceEngine:
     def __init__(self, plan, memory: MemoryPlan, launcher: Launcher):
         self.plan, self.memory, self.launcher = plan, memory, launcher
         target, g = plan.target, plan.graph
         emitter, compile_source, static_shared = _toolchain(target.backend)
         source, launches = emit_plan(emitter(target), plan)
+        library = [op for op in launches if isinstance(op, BasicOp)]
+        for op in library:
+            dtype = g.tensors[op.outputs[0]].dtype
+            if dtype not in DTYPES or any(g.tensors[t].dtype != dtype for t in op.inputs):
+                raise LibraryUnavailable(f"{g.model_name}: {op.origin}: a {op.kind} of {dtype} has no GPU library "
+                                         f"kernel here (library ops take {', '.join(DTYPES)})")
+        if library:
+            launcher.check_library()
+        self.library_path = launcher.library if library else "none (no library ops)"
+        self.library_note = ""
+        im2col = {}  # id(op) -> kernel name
+        for op in library:
+            if op.kind == "conv" and not _direct(op.attrs, g.tensors[op.inputs[1]].shape):
+                im2col[id(op)] = name = f"gir_im2col_{len(im2col)}"
+                x, w, y = (g.tensors[t] for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+                nsp = len(x.shape) - 2
+                source += "\n" + im2col_source(name, x.shape, w.shape[2:], op.attrs["strides"], op.attrs["pads"][:nsp],
+                                               op.attrs["dilations"], y.shape[2:], np_dtype(x.dtype).itemsize)
         kernels = [launch[1] for launch in launches if not isinstance(launch, BasicOp)]
         check_shared(kernels, target, static_shared)
         binary = compile_source(source, target.arch)
         check_resources(kernels, binary.resources, target)
-        self.arena = self.launcher.alloc(max(1, memory.arena_bytes))
+
+        # resident device memory: everything a run touches is allocated and placed now
+        self.arena = launcher.alloc(max(1, memory.arena_bytes))
         self.constants = {}
         for n, t in g.tensors.items():
             if t.value is not None:
-                self.constants[n] = self.launcher.alloc(max(1, t.value.nbytes))
-                self.launcher.upload(self.constants[n], np.ascontiguousarray(t.value, np_dtype(t.dtype)))
-        self.calls = []
+                self.constants[n] = launcher.alloc(max(1, t.value.nbytes))
+                launcher.upload(self.constants[n], np.ascontiguousarray(t.value, np_dtype(t.dtype)))
+        self.inputs = {n: launcher.alloc(max(1, self._nbytes(n))) for n in g.inputs}
+        self.fresh = {r: launcher.alloc(max(1, self._nbytes(r))) for r in sorted(output_roots(plan))}
+        col_bytes = max([self._col_bytes(op) for op in library if id(op) in im2col], default=0)
+        self.col = launcher.alloc(col_bytes) if col_bytes else None
+        ones = {}  # dtype -> elements: the longest row of ones a conv bias GEMM reads
+        for op in library:
+            if op.kind == "conv" and len(op.inputs) > 2:
+                y = g.tensors[op.outputs[0]]
+                ones[y.dtype] = max(ones.get(y.dtype, 0), prod(y.shape[2:]))
+        self.ones = {dtype: launcher.alloc(count * np_dtype(dtype).itemsize) for dtype, count in ones.items()}
+        for dtype, buf in self.ones.items():
+            launcher.upload(buf, np.ones(buf.nbytes // np_dtype(dtype).itemsize, np_dtype(dtype)))
+
+        # gather flags: one int per gathering kernel; those a run reads back first
         gathering = [launch for launch in launches if not isinstance(launch, BasicOp) and launch[1].gathers]
-        # one int per kernel that gathers, zeroed and read back once per run (see Kernel.gathers)
-        self.flags = self.launcher.alloc(4 * len(gathering)) if gathering else None
-        self.gathers = []  # the gather nodes of each flag, for the error
+        gather_ops, host_checked = {op.name for op in g.ops if op.kind == "gather"}, host_checked_gathers(plan)
+
+        def device_indices(step: int) -> bool:  # conservative: unknown means read it back
+            found = [o for o in plan.steps[step].ops if o in gather_ops]
+            return not found or any(o not in host_checked for o in found)
+        checked = [device_indices(i) for i, _ in gathering]
+        order = sorted(range(len(gathering)), key=lambda j: not checked[j])
+        slot = {id(gathering[j][1]): s for s, j in enumerate(order)}
+        self.read_flags = sum(checked)  # the first read_flags ints: kernels with device-computed indices
+        self.flags = launcher.alloc(4 * len(gathering)) if gathering else None
+        self.gathers = [gather_origins(plan, plan.steps[gathering[j][0]].ops) for j in order]
+        if self.flags is not None:  # zeroed now, and again only after a run that set one
+            launcher.upload(self.flags, np.zeros(len(gathering), np.int32))
+
+        self.program = []  # ("launch", kernel, grid, block, shared, args) | ("gemm", Gemm)
+        loaded = {}
         for launch in launches:
             if isinstance(launch, BasicOp):
-                self.calls.append(launch)
+                self.program += self._library_calls(launch, binary, im2col, loaded)
                 continue
             i, k = launch
-            slots = [self._buffer(*locate(plan, memory, i, b), b.nbytes) for b in k.params]
+            args = [self._buffer(*locate(plan, memory, i, b), b.nbytes) for b in k.params]
             if k.gathers:
-                slots.append(DeviceBuffer(self.flags.ptr + 4 * len(self.gathers), 4))
-                self.gathers.append(gather_origins(plan, plan.steps[i].ops))
-            self.calls.append((self.launcher.load(binary, k.name), k.num_blocks, k.block_threads, k.shared_bytes, slots))
-        if self.flags is not None:  # zero now and again only after a run that set one: no copy per run
-            self.launcher.upload(self.flags, np.zeros(len(self.gathers), np.int32))
-        self.fresh = output_roots(plan)
+                args.append(DeviceBuffer(self.flags.ptr + 4 * slot[id(k)], 4))
+            self.program.append(("launch", launcher.load(binary, k.name), k.num_blocks, k.block_threads,
+                                 k.shared_bytes, args))
+        for call in self.program:
+            if call[0] == "gemm":
+                launcher.prepare_gemm(call[1])
+        self.out_host = {n: launcher.host_array(self._nbytes(n)) for n in g.outputs}
+        self.in_host = {n: launcher.host_array(self._nbytes(n)) for n in g.inputs}
+        self.flags_host = launcher.host_array(4 * max(1, self.read_flags))
+        self.graph = None
+        if launcher.supports_capture:
+            launcher.begin_capture()
+            try:
+                self._enqueue()
+            finally:
+                captured = launcher.end_capture()
+            self.graph = captured
+        launcher.synchronize()  # the weights are on the device before the first run
         self._lock = threading.Lock()
 
-    def _buffer(self, where: str, what, nbytes: int):
+    def _nbytes(self, name: str) -> int:
+        t = self.plan.graph.tensors[name]
+        return t.size * np_dtype(t.dtype).itemsize
+
+    def _col_bytes(self, op: BasicOp) -> int:
+        g = self.plan.graph
+        x, w, y = (g.tensors[t] for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        return x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(y.shape[2:]) * np_dtype(x.dtype).itemsize
+
+    def _buffer(self, where: str, what, nbytes: int) -> DeviceBuffer:
         if where == "arena":
             return DeviceBuffer(self.arena.ptr + what, nbytes)
-        return self.constants[what] if where == "const" else what
+        if where == "const":
+            return self.constants[what]
+        return self.inputs[what] if what in self.inputs else self.fresh[what]
+
+    def _tensor(self, name: str) -> DeviceBuffer:
+        """Where a model tensor lives on the device (views resolved)."""
+        name = self.plan.aliases.get(name, name)
+        if name in self.memory.offsets:
+            return DeviceBuffer(self.arena.ptr + self.memory.offsets[name], self._nbytes(name))
+        if name in self.constants:
+            return self.constants[name]
+        return self.inputs[name] if name in self.inputs else self.fresh[name]
+
+    def _library_calls(self, op: BasicOp, binary, im2col: dict, loaded: dict) -> list[tuple]:
+        g = self.plan.graph
+        dtype = g.tensors[op.outputs[0]].dtype
+        size = np_dtype(dtype).itemsize
+        y = self._tensor(op.outputs[0])
+        if op.kind == "matmul":
+            a, b = op.inputs[:2]
+            return [("gemm", gemm) for gemm in row_major_matmul(dtype, self._tensor(a).ptr, g.tensors[a].shape,
+                                                                 self._tensor(b).ptr, g.tensors[b].shape, y.ptr, size)]
+        x_shape, w_shape, y_shape = (g.tensors[t].shape for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        n, groups = x_shape[0], op.attrs["group"]
+        m, cpg, taps, positions = w_shape[0], w_shape[1], prod(w_shape[2:]), prod(y_shape[2:])
+        calls, col = [], self._tensor(op.inputs[0])
+        if id(op) in im2col:
+            total = n * x_shape[1] * taps * positions
+            kernel = self.launcher.load(binary, im2col[id(op)])
+            calls.append(("launch", kernel, -(-total // IM2COL_THREADS), IM2COL_THREADS, 0, [col, self.col]))
+            col = self.col
+        # Y[n, g] (M/G x P) = W[g] (M/G x C/G*taps) @ col[n, g] (C/G*taps x P)
+        calls += [("gemm", gemm) for gemm in row_major_matmul(
+            dtype, self._tensor(op.inputs[1]).ptr, (1, groups, m // groups, cpg * taps),
+            col.ptr, (n, groups, cpg * taps, positions), y.ptr, size)]
+        if len(op.inputs) > 2:  # Y[n, g] += bias[g] (M/G x 1) @ ones (1 x P)
+            calls += [("gemm", gemm) for gemm in row_major_matmul(
+                dtype, self._tensor(op.inputs[2]).ptr, (1, groups, m // groups, 1),
+                self.ones[dtype].ptr, (1, 1, 1, positions), y.ptr, size, beta=1.0, c_batch=(n, groups))]
+        return calls
+
+    def _enqueue(self) -> None:
+        launcher = self.launcher
+        for call in self.program:
+            if call[0] == "gemm":
+                launcher.gemm(call[1])
+            else:
+                launcher.launch(*call[1:])
 
     def _check_gathers(self) -> None:
-        if self.flags is None:
+        if not self.read_flags:
             return
-        flags = np.empty(len(self.gathers), np.int32)
-        self.launcher.download(self.flags, flags)
+        flags = self.flags_host[:4 * self.read_flags].view(np.int32)
         if flags.any():
-            self.launcher.upload(self.flags, np.zeros_like(flags))
+            self.launcher.upload(self.flags, np.zeros(len(self.gathers), np.int32))
+            self.launcher.synchronize()
             raise GatherIndexError(f"{self.plan.graph.model_name}: {self.gathers[int(np.argmax(flags))]}: an index is "
                                    f"outside [-n, n) of the axis it selects from")
 
-    def _tensor(self, name: str, per_run: dict) -> DeviceBuffer:
-        name = self.plan.aliases.get(name, name)
-        t = self.plan.graph.tensors[name]
-        if name in self.memory.offsets:
-            return DeviceBuffer(self.arena.ptr + self.memory.offsets[name], t.size * np_dtype(t.dtype).itemsize)
-        return self.constants[name] if name in self.constants else per_run[name]
-
-    def _download(self, name: str, per_run: dict) -> np.ndarray:
-        t = self.plan.graph.tensors[name]
-        host = np.empty(t.shape, np_dtype(t.dtype))
-        self.launcher.download(self._tensor(name, per_run), host)
-        return host
-
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Feeds in, the plan (or its graph), outputs out, one wait."""
         g, launcher = self.plan.graph, self.launcher
-        per_run = {}
         with self._lock:
-            try:
-                for n in g.inputs:
-                    per_run[n] = launcher.alloc(max(1, feeds[n].nbytes))
-                    launcher.upload(per_run[n], feeds[n])
-                for root in self.fresh:
-                    per_run[root] = launcher.alloc(max(1, g.tensors[root].size * np_dtype(g.tensors[root].dtype).itemsize))
-                for call in self.calls:
-                    if isinstance(call, BasicOp):
-                        launcher.synchronize()
-                        args = [self._download(t, per_run) for t in call.inputs]
-                        launcher.upload(self._tensor(call.outputs[0], per_run), run_library_op(call, g.tensors, args))
-                    else:
-                        kernel, blocks, threads, shared, slots = call
-                        launcher.launch(kernel, blocks, threads, shared,
-                                        [per_run[s] if isinstance(s, str) else s for s in slots])
-                launcher.synchronize()
-                self._check_gathers()
-                return {n: self._download(n, per_run) for n in g.outputs}
-            finally:
-                for buf in per_run.values():
-                    launcher.free(buf)
+            for n in g.inputs:
+                staged = self.in_host[n]
+                staged[:] = np.ascontiguousarray(feeds[n]).reshape(-1).view(np.uint8)
+                launcher.copy_in(self.inputs[n], staged)
+            if self.graph is not None:
+                launcher.replay(self.graph)
+            else:
+                self._enqueue()
+            for n in g.outputs:
+                launcher.copy_out(self._tensor(n), self.out_host[n])
+            if self.read_flags:
+                launcher.copy_out(DeviceBuffer(self.flags.ptr, 4 * self.read_flags), self.flags_host[:4 * self.read_flags])
+            launcher.sync()
+            self._check_gathers()
+            return {n: self.out_host[n].view(np_dtype(g.tensors[n].dtype)).reshape(g.tensors[n].shape).copy()
+                    for n in g.outputs}

@@ -1,8 +1,17 @@
-"""Launch CUDA kernels through the driver API (cuda.bindings.driver).
+"""Launch CUDA kernels through the driver API (cuda.bindings.driver), GEMMs through cuBLASLt
+(nvmath-python's raw bindings, the `gir[cuda]` extra).
 
 Why the driver API: it loads NVRTC's cubin/PTX directly (cuModuleLoadData) and needs no CUDA
 toolkit or pycuda build; cuda-bindings is already our NVRTC wheel. Without a driver or GPU the
 constructor raises NoDeviceError, so callers (and the gpu-marked tests) can skip cleanly.
+
+The device runtime's work goes on one stream: asynchronous copies from pinned host buffers,
+kernel launches and cuBLASLt matmuls; the whole plan is captured once as a CUDA graph
+(cuStreamBeginCapture .. cuGraphInstantiate) and each run replays it. cuBLASLt: one
+descriptor set and heuristic algorithm per GEMM shape, planned before capture, a fixed
+workspace, fp32 in COMPUTE_32F (no silent TF32), fp16 accumulating in fp32, host scalars.
+Not yet run on a GPU (none was available); CI checks the calls through the recording
+stand-in, which executes them with cuBLAS's column-major conventions.
 """
 from __future__ import annotations
 
@@ -10,7 +19,7 @@ import ctypes
 
 import numpy as np
 
-from ..errors import NoDeviceError
+from ..errors import LibraryUnavailable, NoDeviceError
 from ..launcher_base import DeviceBuffer, Launcher, c_arg, dims3
 from .compiler import CudaBinary
 
@@ -43,6 +52,11 @@ class CudaLauncher(Launcher):
         minor = self._ck(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._dev))
         self.arch = f"sm_{major}{minor}"
         self._modules = []
+        self._stream = self._ck(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+        self._lt = None
+        self._plans: dict = {}
+        self._pinned: list = []
+        self._graphs: list = []
 
     def _ck(self, result):
         err = result[0]
@@ -80,11 +94,107 @@ class CudaLauncher(Launcher):
         if shared_bytes > 48 * 1024:  # above 48 KiB dynamic shared memory is opt-in
             attr = self._d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             self._ck(self._d.cuFuncSetAttribute(kernel, attr, shared_bytes))
-        self._ck(self._d.cuLaunchKernel(kernel, *dims3(grid), *dims3(block), shared_bytes, 0,
+        self._ck(self._d.cuLaunchKernel(kernel, *dims3(grid), *dims3(block), shared_bytes, self._stream,
                                         ctypes.addressof(params), 0))
 
     def synchronize(self) -> None:
         self._ck(self._d.cuCtxSynchronize())
+
+    # -- stream-ordered work of the device runtime --------------------------------------------
+    library = "cublaslt"
+    supports_capture = True
+    WORKSPACE = 32 << 20
+
+    def check_library(self) -> None:
+        if self._lt is not None:
+            return
+        try:
+            from nvmath.bindings import cublasLt
+        except ImportError as e:
+            raise LibraryUnavailable(f"cuBLASLt bindings missing ({e}): pip install 'gir[cuda]'") from None
+        try:
+            handle = cublasLt.create()
+        except Exception as e:  # noqa: BLE001 -- libcublasLt.so.13 not found, or no usable device
+            raise LibraryUnavailable(f"cuBLASLt could not start ({str(e).splitlines()[0] if str(e) else type(e).__name__}): "
+                                     f"pip install 'gir[cuda]' installs nvidia-cublas") from None
+        self.library = f"cublaslt {cublasLt.get_version()}"
+        self._lt = (cublasLt, handle, self.alloc(self.WORKSPACE))
+
+    def prepare_gemm(self, g) -> None:
+        """Descriptors and the heuristic's first algorithm for this shape, once."""
+        if g.shape_key in self._plans:
+            return
+        import nvmath
+        from nvmath.bindings import cublas
+        lt, handle, workspace = self._lt
+        types = {"float32": (nvmath.CudaDataType.CUDA_R_32F, cublas.ComputeType.COMPUTE_32F, np.float32),
+                 "float16": (nvmath.CudaDataType.CUDA_R_16F, cublas.ComputeType.COMPUTE_32F, np.float32),
+                 "float64": (nvmath.CudaDataType.CUDA_R_64F, cublas.ComputeType.COMPUTE_64F, np.float64)}
+        data, compute, scale = types[g.dtype]
+        scale_type = nvmath.CudaDataType.CUDA_R_64F if scale is np.float64 else nvmath.CudaDataType.CUDA_R_32F
+        desc = lt.matmul_desc_create(int(compute), int(scale_type))
+
+        def put(setter, dtype_of, obj, attr, value):
+            buf = np.asarray(value, dtype=dtype_of(attr))
+            setter(obj, attr, buf.ctypes.data, buf.nbytes)
+        for attr, trans in ((lt.MatmulDescAttribute.TRANSA, g.transa), (lt.MatmulDescAttribute.TRANSB, g.transb)):
+            put(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, attr,
+                int(cublas.Operation.T if trans else cublas.Operation.N))
+        layouts = []
+        for rows, cols, ld, stride in (((g.k, g.m) if g.transa else (g.m, g.k)) + (g.lda, g.stride_a),
+                                       ((g.n, g.k) if g.transb else (g.k, g.n)) + (g.ldb, g.stride_b),
+                                       (g.m, g.n, g.ldc, g.stride_c)):
+            layout = lt.matrix_layout_create(int(data), rows, cols, ld)
+            if g.batch > 1:
+                for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, g.batch),
+                                    (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, stride)):
+                    put(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, layout, attr, value)
+            layouts.append(layout)
+        pref = lt.matmul_preference_create()
+        put(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref,
+            lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, self.WORKSPACE)
+        results, found = np.zeros(1, lt.matmul_heuristic_result_dtype), np.zeros(1, np.int32)
+        a, b, c = layouts
+        lt.matmul_algo_get_heuristic(handle, desc, a, b, c, c, pref, 1, results.ctypes.data, found.ctypes.data)
+        lt.matmul_preference_destroy(pref)
+        if not found[0]:
+            raise RuntimeError(f"cuBLASLt has no algorithm for {g}")
+        algo = results["algo"].copy()  # cublasLtMatmulAlgo_t: 8 x uint64
+        self._plans[g.shape_key] = (desc, a, b, c, algo, np.array([g.alpha, g.beta], scale))
+
+    def gemm(self, g) -> None:
+        self.prepare_gemm(g)
+        lt, handle, workspace = self._lt
+        desc, a, b, c, algo, scale = self._plans[g.shape_key]
+        lt.matmul(handle, desc, scale[0:].ctypes.data, g.a, a, g.b, b, scale[1:].ctypes.data, g.c, c, g.c, c,
+                  algo.ctypes.data, workspace.ptr, self.WORKSPACE, int(self._stream))
+
+    def host_array(self, nbytes: int) -> np.ndarray:
+        ptr = int(self._ck(self._d.cuMemAllocHost(max(1, nbytes))))
+        self._pinned.append(ptr)
+        return np.ctypeslib.as_array((ctypes.c_uint8 * max(1, nbytes)).from_address(ptr))[:nbytes]
+
+    def copy_in(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        self._ck(self._d.cuMemcpyHtoDAsync(self._d.CUdeviceptr(buf.ptr), array.ctypes.data, array.nbytes, self._stream))
+
+    def copy_out(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        self._ck(self._d.cuMemcpyDtoHAsync(array.ctypes.data, self._d.CUdeviceptr(buf.ptr), array.nbytes, self._stream))
+
+    def sync(self) -> None:
+        self._ck(self._d.cuStreamSynchronize(self._stream))
+
+    def begin_capture(self) -> None:
+        mode = self._d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        self._ck(self._d.cuStreamBeginCapture(self._stream, mode))
+
+    def end_capture(self):
+        graph = self._ck(self._d.cuStreamEndCapture(self._stream))
+        executable = self._ck(self._d.cuGraphInstantiate(graph, 0))
+        self._graphs.append((graph, executable))
+        return executable
+
+    def replay(self, graph) -> None:
+        self._ck(self._d.cuGraphLaunch(graph, self._stream))
 
     def close(self) -> None:
         for module in self._modules:

@@ -1,0 +1,267 @@
+"""The GPU runtime stays on the device (gir/runtime/device.py), checked without a GPU through
+the recording stand-in (gir/backends/harness/recording.py): kernels run on the CPU harness,
+GEMMs in numpy with cuBLAS's column-major conventions, every copy, launch, GEMM and sync
+recorded. A run must copy exactly the feeds in and the outputs out, wait once, and move no
+weight; the numbers must match onnxruntime."""
+import dataclasses
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gir
+import models
+from gir.backends.blas import Gemm, check_gemm, reference_gemm, row_major_matmul
+from gir.backends.errors import LibraryUnavailable, NoDeviceError
+from gir.backends.harness.recording import CaptureError, RecordingLauncher, harness_toolchain
+from gir.frontend.basic import BasicOp
+from gir.runtime import device
+from gir.runtime import session as session_module
+
+REL = 1e-4
+
+
+def ort_outputs(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def assert_matches(got, want, rel=REL):
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=rel, atol=rel * scale / 10)
+
+
+def on_standin(monkeypatch, library_everywhere: bool, backend: str = "cuda", **kw) -> RecordingLauncher:
+    """Sessions on GPU targets get the stand-in. `library_everywhere` lowers the target's ridge
+    point to ~0, so every matmul and conv of a tiny model is a library call (at the real
+    H100 ridge, a tiny model has none)."""
+    launcher = RecordingLauncher(dialect=backend, **kw)
+    monkeypatch.setattr(device, "open_launcher", lambda b: launcher)
+    monkeypatch.setattr(device, "_toolchain", harness_toolchain)
+    if library_everywhere:
+        real = session_module.get_target
+        monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
+            real(name), peak_flops=1.0, peak_matrix_flops=1.0))
+    return launcher
+
+
+def weight_buffers(session) -> set[int]:
+    return {b.ptr for b in session.engine.constants.values()}
+
+
+def check_one_run(session, launcher, feeds):
+    """One run's recorded traffic; returns the outputs."""
+    mark = launcher.mark()
+    outputs = session.run(None, feeds)
+    events = launcher.since(mark)
+    counts = launcher.counts(mark)
+    h2d = [e for e in events if e[0] == "h2d"]
+    d2h = [e for e in events if e[0] == "d2h"]
+    # host to device: exactly the feeds, into the inputs' resident buffers
+    assert sorted(bytes(e[3]) for e in h2d) == sorted(np.ascontiguousarray(feeds[n]).tobytes() for n in session.graph.inputs)
+    assert {e[1] for e in h2d} == {session.engine.inputs[n].ptr for n in session.graph.inputs}
+    # device to host: exactly the outputs
+    assert sorted(bytes(e[3]) for e in d2h) == sorted(o.tobytes() for o in outputs)
+    assert counts["sync"] == 1 and events[-1] == ("sync", "stream")
+    assert not {e[1] for e in h2d} & weight_buffers(session)  # no weight moves after creation
+    assert counts["alloc"] == counts["free"] == 0
+    return outputs
+
+
+@pytest.mark.parametrize("library_everywhere", [False, True], ids=["h100-ridge", "all-library"])
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_a_run_moves_only_feeds_and_outputs(monkeypatch, name, library_everywhere):
+    launcher = on_standin(monkeypatch, library_everywhere)
+    model = models.load_bundled(name)
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    library = [s for s in session.plan.steps if isinstance(s, BasicOp)]
+    assert bool(library) == library_everywhere
+    created = launcher.counts()
+    uploaded = sum(e[2] for e in launcher.events if e[0] == "h2d")
+    assert uploaded >= sum(t.value.nbytes for t in session.graph.tensors.values() if t.value is not None)
+    assert created["capture"] == 1 and created["launch"] == 0 and created["gemm"] == 0  # captured, not run
+    for seed in (0, 1):
+        feeds = models.example_inputs(model, seed)
+        assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+    (graph,) = [e[1] for e in launcher.events if e[0] == "replay"][:1]
+    assert sum(op[0] == "gemm" for op in graph) >= len(library)
+
+
+def test_without_graph_capture_the_plan_is_launched_the_same(monkeypatch):
+    launcher = on_standin(monkeypatch, True, capture=False)
+    model = models.load_bundled("bert")
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    feeds = models.example_inputs(model, 0)
+    mark = launcher.mark()
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+    counts = launcher.counts(mark)
+    assert counts["replay"] == 0 and counts["launch"] > 0 and counts["gemm"] > 0
+
+
+def _conv_model():
+    """Grouped, strided, padded, dilated convs with and without bias, a 1x1 conv (no im2col),
+    a depthwise conv and a matmul with broadcast batch dims."""
+    rng = np.random.default_rng(3)
+    inits = {"w1": rng.standard_normal((8, 2, 3, 3)), "b1": rng.standard_normal(8),
+             "w2": rng.standard_normal((6, 8, 1, 1)), "b2": rng.standard_normal(6),
+             "w3": rng.standard_normal((6, 1, 3, 3)), "w4": rng.standard_normal((4, 6, 2, 3)),
+             "m": rng.standard_normal((1, 3, 7))}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=2, strides=[2, 1], pads=[1, 2, 1, 0],
+                              dilations=[1, 2]),
+             helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"]),
+             helper.make_node("Conv", ["c2", "w3"], ["c3"], group=6, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c3", "w4"], ["c4"], strides=[1, 2]),
+             helper.make_node("MatMul", ["c4", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 9, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 4, 7])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_convolutions_as_im2col_and_gemm(monkeypatch):
+    launcher = on_standin(monkeypatch, True)
+    model = _conv_model()
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    kinds = [s.kind for s in session.plan.steps if isinstance(s, BasicOp)]
+    assert kinds.count("conv") == 4 and "matmul" in kinds
+    graph = session.engine.graph
+    im2col = [op for op in graph if op[0] == "launch" and op[1].startswith("gir_im2col")]
+    assert len(im2col) == 3  # the 1x1 conv reads its input directly
+    feeds = {"x": np.random.default_rng(4).standard_normal((2, 4, 9, 10)).astype(np.float32)}
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
+def test_the_standin_executes_gemms_as_cublas_defines_them():
+    """Column-major, ld >= rows, strided batches: a call with its operands swapped or a row
+    stride given as ld gives other numbers, or is refused as cuBLAS refuses it."""
+    mem = np.zeros(1 << 16, np.float32)
+    base = mem.ctypes.data
+
+    def typed_at(ptr, count, dtype):
+        off = (ptr - base) // 4
+        assert 0 <= off and off + count <= mem.size
+        return mem[off:off + count]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+    pa, pb, pc = base, base + 4096, base + 8192
+    mem[:a.size], mem[1024:1024 + b.size] = a.ravel(), b.ravel()
+    (g,) = row_major_matmul("float32", pa, a.shape, pb, b.shape, pc, 4)
+    assert (g.m, g.n, g.k, g.a, g.lda, g.b, g.ldb, g.ldc) == (5, 6, 4, pb, 5, pa, 4, 5)  # B shared: one 6 x 4 A
+    reference_gemm(g, typed_at)
+    np.testing.assert_allclose(mem[2048:2048 + 30].reshape(2, 3, 5), a @ b, rtol=1e-5)
+    swapped = dataclasses.replace(g, a=g.b, b=g.a, lda=g.ldb, ldb=g.lda)
+    with pytest.raises(ValueError, match="lda=4 < 5"):
+        check_gemm(swapped)
+    mem[2048:2048 + 30] = 0
+    reference_gemm(dataclasses.replace(g, transa=True, lda=4), typed_at)  # B read as if stored transposed
+    assert not np.allclose(mem[2048:2048 + 30].reshape(2, 3, 5), a @ b)
+    with pytest.raises(ValueError, match="float32|int64"):
+        check_gemm(Gemm("int64", False, False, 1, 1, 1, pa, 1, 0, pb, 1, 0, pc, 1, 0))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((2, 3, 4), (2, 4, 5)),
+                                             ((2, 1, 3, 4), (1, 3, 4, 5)), ((3, 4), (2, 2, 4, 5)),
+                                             ((2, 3, 3, 4), (3, 4, 5)), ((1, 3, 4), (2, 1, 4, 5))])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_row_major_matmul_as_gemm_calls(a_shape, b_shape, dtype):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)
+    want = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    launcher = RecordingLauncher()
+    bufs = [launcher.alloc(x.nbytes) for x in (a, b, want.astype(dtype))]
+    launcher.upload(bufs[0], a)
+    launcher.upload(bufs[1], b)
+    for g in row_major_matmul(dtype, bufs[0].ptr, a.shape, bufs[1].ptr, b.shape, bufs[2].ptr, a.itemsize):
+        launcher.gemm(g)
+    got = launcher.view(bufs[2]).view(dtype).reshape(want.shape)
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2 if dtype == "float16" else 1e-5, atol=1e-2)
+
+
+def test_stream_capture_refuses_copies_and_waits():
+    launcher = RecordingLauncher()
+    buf = launcher.alloc(16)
+    launcher.begin_capture()
+    with pytest.raises(CaptureError):
+        launcher.copy_in(buf, np.zeros(4, np.float32))
+    with pytest.raises(CaptureError):
+        launcher.sync()
+
+
+def test_gather_flags_are_read_back_only_for_device_computed_indices(monkeypatch):
+    """BERT's embedding gathers index with a graph input (checked on the host): no flag read
+    back. A gather of computed indices reads its flag in the run's one wait."""
+    launcher = on_standin(monkeypatch, False)
+    session = gir.Session(models.load_bundled("bert"), target="cuda:sm_90", limit=1)
+    assert session.engine.flags is not None and session.engine.read_flags == 0
+    table = numpy_helper.from_array(np.arange(20, dtype=np.float32).reshape(5, 4), "table")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    nodes = [helper.make_node("Add", ["ids", "one"], ["shifted"]),
+             helper.make_node("Gather", ["table", "shifted"], ["y"], name="lookup", axis=0)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], [table, one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    assert session.engine.read_flags == 1
+    mark = launcher.mark()
+    ids = np.array([[0, 1, 2], [-2, -6, 3]], np.int64)
+    (y,) = session.run(None, {"ids": ids})
+    np.testing.assert_array_equal(y, np.arange(20, dtype=np.float32).reshape(5, 4)[ids + 1])
+    counts = launcher.counts(mark)
+    assert counts["d2h"] == 2 and counts["sync"] == 1  # the output and the flag, one wait
+
+
+def test_hip_without_hipblas_is_one_line_at_session_creation(monkeypatch):
+    """Debian's ROCm 5.2 has no hipBLAS: a plan with library ops stops with one line naming it;
+    a plan without runs."""
+    from gir.backends.hip.launcher import check_hipblas
+    try:
+        check_hipblas()
+    except LibraryUnavailable as e:
+        message = str(e)
+    else:
+        pytest.skip("hipBLAS is installed here")
+    assert len(message.splitlines()) == 1 and "hipBLAS" in message
+    launcher = on_standin(monkeypatch, True, backend="hip")
+    monkeypatch.setattr(launcher, "check_library", check_hipblas)
+    with pytest.raises(LibraryUnavailable, match="hipBLAS") as err:
+        gir.Session(models.load_bundled("bert"), target="hip:gfx90a", limit=1)
+    assert len(str(err.value).splitlines()) == 1
+    assert launcher.counts()["launch"] == 0  # nothing ran on the host instead
+
+
+def test_missing_extra_is_one_line_naming_it(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nvmath" else real(name, *a))
+    with pytest.raises(LibraryUnavailable) as err:
+        gir.Session(models.load_bundled("bert"), target="cuda:sm_90", limit=1)
+    assert isinstance(err.value, NoDeviceError)
+    assert len(str(err.value).splitlines()) == 1 and "gir[cuda]" in str(err.value)
+
+
+def test_gir_run_on_a_gpu_target_without_one_exits_3_with_one_line(capsys):
+    """Here (no GPU, no gir[cuda] extra) `gir run --target cuda:sm_90` ends with exit 3."""
+    from gir.cli import main
+    try:
+        device.open_launcher("cuda")
+    except NoDeviceError:
+        pass
+    else:
+        pytest.skip("this machine has a CUDA GPU and the extra")
+    code = main(["run", str(models.bundled_path("bert")), "--target", "cuda:sm_90", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library_everywhere", [False, True], ids=["h100-ridge", "all-library"])
+@pytest.mark.parametrize("name", sorted(set(models.MODELS) - {"bert", "gpt2"}))
+def test_zoo_model_on_the_standin(monkeypatch, name, library_everywhere):
+    launcher = on_standin(monkeypatch, library_everywhere)
+    model = models.load_bundled(name)
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    assert any(isinstance(s, BasicOp) for s in session.plan.steps) or not library_everywhere
+    feeds = models.example_inputs(model, 0)
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
