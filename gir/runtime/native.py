@@ -73,7 +73,7 @@ class NativeCpuEngine:
         g = plan.graph
         source, launches = emit_plan(CpuEmitter(plan.target), plan)
         lib = build(source, g.model_name)
-        self.arena = np.empty(memory.arena_bytes, np.uint8)
+        self.arena = onednn.aligned_bytes(memory.arena_bytes, 256)  # the memory plan's ALIGN, from its start
         self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
                           for n, t in g.tensors.items() if t.value is not None}
         self.calls = []
@@ -101,6 +101,11 @@ class NativeCpuEngine:
                 else:
                     self.dnnl[c] = made
                     self.library_ops[call.name] = f"onednn: {made.impl}"
+        if self.dnnl:  # one pair of staging buffers for every primitive (ops run one at a time)
+            src_stage, dst_stage = (onednn.aligned_bytes(max(d.staging[i] for d in self.dnnl.values()))
+                                    for i in (0, 1))
+            for d in self.dnnl.values():
+                d.stage(src_stage, dst_stage)
         self.library_path, self.library_note = self._describe_path(library)
         self.fresh = output_roots(plan)
         self._lock = threading.Lock()  # one arena: runs of one session take turns

@@ -72,7 +72,8 @@ def _load() -> ctypes.CDLL | None:
                                   i64, vp, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     lib.gir_dnnl_matmul.argtypes = [ctypes.POINTER(vp), ctypes.c_int, i64, i64, i64, vp, ctypes.c_char_p,
                                     ctypes.c_int]
-    lib.gir_dnnl_run.argtypes = [vp] * 5
+    lib.gir_dnnl_run.argtypes = [vp] * 7
+    lib.gir_dnnl_staging_bytes.argtypes, lib.gir_dnnl_staging_bytes.restype = [vp, ctypes.c_int], ctypes.c_int64
     lib.gir_dnnl_free.argtypes, lib.gir_dnnl_free.restype = [vp], None
     lib.gir_dnnl_version.argtypes, lib.gir_dnnl_version.restype = [ctypes.POINTER(ctypes.c_int)], None
     if lib.gir_dnnl_init():
@@ -95,6 +96,13 @@ def version() -> str:
     return ".".join(map(str, v))
 
 
+def aligned_bytes(n: int, align: int = 64) -> np.ndarray:
+    """n bytes starting at a multiple of `align` (numpy's own start 16 bytes past a page)."""
+    raw = np.empty(n + align, np.uint8)
+    skip = -raw.ctypes.data % align
+    return raw[skip:skip + n]
+
+
 def _dims(shape) -> ctypes.Array:
     return (ctypes.c_int64 * max(len(shape), 1))(*shape)
 
@@ -102,14 +110,23 @@ def _dims(shape) -> ctypes.Array:
 class DnnlOp:
     """One library op as a oneDNN primitive. `operands` are the op's input tensor names in the
     order the shim takes them (src, weights, bias; None where absent); `call(src, wei, bias,
-    dst)` takes addresses."""
+    dst)` takes addresses. `staging` is the bytes of src and dst in the primitive's own layout
+    (0 where it reads or writes the plain arrays): the caller lends buffers that large with
+    `stage(src_buffer, dst_buffer)` (one pair for a whole session), else each op gets its own."""
 
     def __init__(self, lib, handle, impl: str, operands: list, keep: list):
         self.lib, self.handle, self.impl, self.operands = lib, handle, impl, operands
         self._keep = keep  # arrays the primitive was created from (constant weights stay alive)
+        self.staging = tuple(int(lib.gir_dnnl_staging_bytes(handle, i)) for i in (0, 1))
+        self.stage(*(aligned_bytes(n) for n in self.staging))
+
+    def stage(self, src: np.ndarray, dst: np.ndarray) -> None:
+        assert src.nbytes >= self.staging[0] and dst.nbytes >= self.staging[1]
+        self._stage = (src, dst)  # kept alive
+        self._stage_ptrs = (src.ctypes.data if src.nbytes else None, dst.ctypes.data if dst.nbytes else None)
 
     def call(self, src: int, wei: int, bias: int, dst: int) -> None:
-        status = self.lib.gir_dnnl_run(self.handle, src, wei, bias, dst)
+        status = self.lib.gir_dnnl_run(self.handle, src, wei, bias, dst, *self._stage_ptrs)
         if status:
             raise RuntimeError(f"oneDNN primitive ({self.impl}) failed with status {status}")
 

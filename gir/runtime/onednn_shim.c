@@ -89,7 +89,7 @@ static int bind_activation(dnnl_primitive_desc_t pd, dnnl_query_t what, const_dn
         CHECK(dnnl_memory_create(mem, md, engine, DNNL_MEMORY_NONE));
         return 0;
     }
-    CHECK(dnnl_memory_create(mem, md, engine, DNNL_MEMORY_ALLOCATE));
+    CHECK(dnnl_memory_create(mem, md, engine, DNNL_MEMORY_NONE));  /* a shared buffer at each run */
     CHECK(dnnl_memory_create(user_out, user, engine, DNNL_MEMORY_NONE));
     return to_prim ? make_reorder(*user_out, *mem, reorder) : make_reorder(*mem, *user_out, reorder);
 }
@@ -214,10 +214,22 @@ int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *
     return r;
 }
 
-/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot. */
-int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst) {
+/* Bytes of the primitive's own copy of src (which 0) or dst (1) a run needs, 0 for none. */
+int64_t gir_dnnl_staging_bytes(gir_op *op, int which) {
+    dnnl_memory_t m = which ? (op->dst_reorder ? op->dst : NULL) : (op->src_reorder ? op->src : NULL);
+    const_dnnl_memory_desc_t md;
+    if (!m || dnnl_memory_get_memory_desc(m, &md) != dnnl_success) return 0;
+    return (int64_t)dnnl_memory_desc_get_size(md);
+}
+
+/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot, and
+ * staging buffers for src and dst in the primitive's layout (of gir_dnnl_staging_bytes; shared
+ * by every op of a session, which run one at a time). */
+int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage) {
     dnnl_exec_arg_t args[5];
     int n = 0;
+    if (op->src_reorder) CHECK(dnnl_memory_set_data_handle(op->src, src_stage));
+    if (op->dst_reorder) CHECK(dnnl_memory_set_data_handle(op->dst, dst_stage));
     if (op->src_reorder) {
         CHECK(dnnl_memory_set_data_handle(op->src_user, src));
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->src_user}, {DNNL_ARG_TO, op->src}};
