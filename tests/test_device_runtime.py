@@ -265,3 +265,22 @@ def test_zoo_model_on_the_standin(monkeypatch, name, library_everywhere):
     assert any(isinstance(s, BasicOp) for s in session.plan.steps) or not library_everywhere
     feeds = models.example_inputs(model, 0)
     assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["cuda:sm_90", "hip:gfx90a"])
+def test_real_gpu_runs_library_ops_on_the_device(monkeypatch, target):
+    """On a GPU: bert and the conv model with every matmul and conv in cuBLASLt / hipBLAS,
+    twice (the second run replays the captured graph), against onnxruntime."""
+    real = session_module.get_target
+    monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
+        real(name), peak_flops=1.0, peak_matrix_flops=1.0))
+    for model in (models.load_bundled("bert"), _conv_model()):
+        try:
+            session = gir.Session(model, target=target, limit=1)
+        except NoDeviceError as e:
+            assert len(str(e).splitlines()) == 1
+            pytest.skip(str(e))
+        for seed in (0, 1):
+            feeds = models.example_inputs(model, seed)
+            assert_matches(session.run(None, feeds), ort_outputs(model, feeds))

@@ -120,9 +120,16 @@ class CudaLauncher(Launcher):
         self.library = f"cublaslt {cublasLt.get_version()}"
         self._lt = (cublasLt, handle, self.alloc(self.WORKSPACE))
 
+    @staticmethod
+    def _key(g) -> tuple:
+        """The shape and each pointer's alignment: cuBLASLt's heuristic assumes 256-byte
+        aligned operands unless told less, and a batch loop's offsets can be less."""
+        return g.shape_key + tuple(min(256, p & -p) if p else 256 for p in (g.a, g.b, g.c))
+
     def prepare_gemm(self, g) -> None:
         """Descriptors and the heuristic's first algorithm for this shape, once."""
-        if g.shape_key in self._plans:
+        key = self._key(g)
+        if key in self._plans:
             return
         import nvmath
         from nvmath.bindings import cublas
@@ -153,6 +160,10 @@ class CudaLauncher(Launcher):
         pref = lt.matmul_preference_create()
         put(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref,
             lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, self.WORKSPACE)
+        P = lt.MatmulPreferenceAttribute
+        for attr, alignment in zip((P.MIN_ALIGNMENT_A_BYTES, P.MIN_ALIGNMENT_B_BYTES, P.MIN_ALIGNMENT_C_BYTES,
+                                    P.MIN_ALIGNMENT_D_BYTES), key[-3:] + key[-1:]):
+            put(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref, attr, alignment)
         results, found = np.zeros(1, lt.matmul_heuristic_result_dtype), np.zeros(1, np.int32)
         a, b, c = layouts
         lt.matmul_algo_get_heuristic(handle, desc, a, b, c, c, pref, 1, results.ctypes.data, found.ctypes.data)
@@ -160,12 +171,12 @@ class CudaLauncher(Launcher):
         if not found[0]:
             raise RuntimeError(f"cuBLASLt has no algorithm for {g}")
         algo = results["algo"].copy()  # cublasLtMatmulAlgo_t: 8 x uint64
-        self._plans[g.shape_key] = (desc, a, b, c, algo, np.array([g.alpha, g.beta], scale))
+        self._plans[key] = (desc, a, b, c, algo, np.array([g.alpha, g.beta], scale))
 
     def gemm(self, g) -> None:
         self.prepare_gemm(g)
         lt, handle, workspace = self._lt
-        desc, a, b, c, algo, scale = self._plans[g.shape_key]
+        desc, a, b, c, algo, scale = self._plans[self._key(g)]
         lt.matmul(handle, desc, scale[0:].ctypes.data, g.a, a, g.b, b, scale[1:].ctypes.data, g.c, c, g.c, c,
                   algo.ctypes.data, workspace.ptr, self.WORKSPACE, int(self._stream))
 
