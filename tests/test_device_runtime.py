@@ -4,6 +4,7 @@ GEMMs in numpy with cuBLAS's column-major conventions, every copy, launch, GEMM 
 recorded. A run must copy exactly the feeds in and the outputs out, wait once, and move no
 weight; the numbers must match onnxruntime."""
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
@@ -87,6 +88,17 @@ def test_a_run_moves_only_feeds_and_outputs(monkeypatch, name, library_everywher
         assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
     (graph,) = [e[1] for e in launcher.events if e[0] == "replay"][:1]
     assert sum(op[0] == "gemm" for op in graph) >= len(library)
+
+
+def test_the_hip_engine_is_the_same_logic(monkeypatch):
+    """hip:gfx90a (64-lane wavefronts on the harness, hipBLAS's calls = cuBLAS's), no capture."""
+    launcher = on_standin(monkeypatch, True, backend="hip", capture=False)
+    model = models.load_bundled("bert")
+    session = gir.Session(model, target="hip:gfx90a", limit=1)
+    feeds = models.example_inputs(model, 0)
+    mark = launcher.mark()
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+    assert launcher.counts(mark)["gemm"] >= sum(isinstance(s, BasicOp) for s in session.plan.steps) > 0
 
 
 def test_without_graph_capture_the_plan_is_launched_the_same(monkeypatch):
@@ -284,3 +296,26 @@ def test_real_gpu_runs_library_ops_on_the_device(monkeypatch, target):
         for seed in (0, 1):
             feeds = models.example_inputs(model, seed)
             assert_matches(session.run(None, feeds), ort_outputs(model, feeds))
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "hip:gfx90a"])
+def test_the_module_with_its_im2col_kernels_compiles(monkeypatch, target):
+    """The engine's one module (the plan's kernels and the generated im2col kernels) through the
+    real NVRTC / hiprtc and the resource checks, then run on the stand-in."""
+    backend = target.split(":")[0]
+    launcher = on_standin(monkeypatch, True, backend=backend)
+    emitter, _, _ = harness_toolchain(backend)
+    from gir.backends.cuda.compiler import compile_cuda
+    from gir.backends.hip.compiler import compile_hip
+    compiled = []
+
+    def compile_and_keep(source, arch):
+        binary = (compile_cuda if backend == "cuda" else compile_hip)(source, arch)
+        compiled.append(binary)
+        return SimpleNamespace(source=source, resources=binary.resources)
+    monkeypatch.setattr(device, "_toolchain", lambda b: (emitter, compile_and_keep, None))
+    model = _conv_model()
+    session = gir.Session(model, target=target, limit=1)
+    assert sum(name.startswith("gir_im2col") for name in compiled[0].resources) == 3
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 4, 9, 10)).astype(np.float32)}
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
