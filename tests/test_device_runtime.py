@@ -319,3 +319,38 @@ def test_the_module_with_its_im2col_kernels_compiles(monkeypatch, target):
     assert sum(name.startswith("gir_im2col") for name in compiled[0].resources) == 3
     feeds = {"x": np.random.default_rng(5).standard_normal((2, 4, 9, 10)).astype(np.float32)}
     assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
+def _edge_model():
+    """fp16 matmul and conv (fp16 GEMMs accumulate in fp32), an output that is an input, one
+    that is a weight, and a batched matmul of two inputs (broadcast: separate calls)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float16), "w"),
+             numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float16), "cw"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float16), "cb"),
+             numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "k")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("Conv", ["img", "cw", "cb"], ["z"], pads=[1, 1, 1, 1]),
+             helper.make_node("Identity", ["x"], ["xi"]), helper.make_node("Identity", ["k"], ["kk"]),
+             helper.make_node("MatMul", ["a", "b"], ["c"])]
+    f16, f32 = TensorProto.FLOAT16, TensorProto.FLOAT
+    inputs = [("x", f16, [8, 16]), ("img", f16, [1, 3, 6, 6]), ("a", f32, [2, 1, 5, 64]), ("b", f32, [3, 64, 7])]
+    outputs = [("y", f16, [8, 32]), ("z", f16, [1, 4, 6, 6]), ("xi", f16, [8, 16]), ("kk", f32, [3]),
+               ("c", f32, [2, 3, 5, 7])]
+    graph = helper.make_graph(nodes, "edges", [helper.make_tensor_value_info(*i) for i in inputs],
+                              [helper.make_tensor_value_info(*o) for o in outputs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_fp16_and_outputs_that_are_inputs_or_weights(monkeypatch):
+    launcher = on_standin(monkeypatch, True)
+    model = _edge_model()
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    rng = np.random.default_rng(1)
+    feeds = {n.name: rng.standard_normal([d.dim_value for d in n.type.tensor_type.shape.dim]).astype(
+        np.float16 if n.type.tensor_type.elem_type == TensorProto.FLOAT16 else np.float32) for n in model.graph.input}
+    got, want = check_one_run(session, launcher, feeds), ort_outputs(model, feeds)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-3,
+                                   atol=2e-3 * max(1.0, float(np.abs(w.astype(np.float32)).max())))
