@@ -112,6 +112,22 @@ def test_without_graph_capture_the_plan_is_launched_the_same(monkeypatch):
     assert counts["replay"] == 0 and counts["launch"] > 0 and counts["gemm"] > 0
 
 
+def test_a_capture_that_fails_launches_call_by_call(monkeypatch):
+    launcher = on_standin(monkeypatch, True)
+    plain = launcher.gemm
+
+    def gemm(g):
+        if launcher._capturing is not None:
+            raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED during capture")
+        plain(g)
+    monkeypatch.setattr(launcher, "gemm", gemm)
+    model = models.load_bundled("gpt2")
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    assert session.engine.graph is None and "capture failed" in session.engine.library_note
+    feeds = models.example_inputs(model, 0)
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
 def _conv_model():
     """Grouped, strided, padded, dilated convs with and without bias, a 1x1 conv (no im2col),
     a depthwise conv and a matmul with broadcast batch dims."""

@@ -5,7 +5,8 @@ needs one) are compiled into one module (NVRTC, hiprtc); the arena of intermedia
 weights, the inputs and outputs, the im2col buffer and the gather flags are allocated once;
 the weights are uploaded once; every library op becomes GEMM calls on device pointers
 (blas.Gemm, cuBLASLt through nvmath-python on NVIDIA, hipBLAS through hip-python on AMD).
-Where the launcher supports it, the whole plan is captured once as a graph (CUDA graphs).
+Where the launcher supports it, the whole plan is captured once as a graph (CUDA graphs;
+GIR_DEVICE_GRAPHS=0 launches it call by call instead, as does a capture that fails).
 
 A run: copy the feeds in, launch the plan (or replay the graph) on the launcher's one stream,
 copy the outputs out, wait once. No weight moves and no other host-device traffic; a gather
@@ -24,6 +25,7 @@ vendor library (no hipBLAS) is one line when the plan needs it, never a host fal
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from math import prod
 
@@ -190,10 +192,9 @@ class DeviceEngine:
             launcher.upload(self.flags, np.zeros(len(gathering), np.int32))
 
         self.program = []  # ("launch", kernel, grid, block, shared, args) | ("gemm", Gemm)
-        loaded = {}
         for launch in launches:
             if isinstance(launch, BasicOp):
-                self.program += self._library_calls(launch, binary, im2col, loaded)
+                self.program += self._library_calls(launch, binary, im2col)
                 continue
             i, k = launch
             args = [self._buffer(*locate(plan, memory, i, b), b.nbytes) for b in k.params]
@@ -208,13 +209,18 @@ class DeviceEngine:
         self.in_host = {n: launcher.host_array(self._nbytes(n)) for n in g.inputs}
         self.flags_host = launcher.host_array(4 * max(1, self.read_flags))
         self.graph = None
-        if launcher.supports_capture:
+        if launcher.supports_capture and os.environ.get("GIR_DEVICE_GRAPHS", "1") != "0":
             launcher.begin_capture()
             try:
                 self._enqueue()
-            finally:
-                captured = launcher.end_capture()
-            self.graph = captured
+            except Exception as e:  # noqa: BLE001 -- a call the API cannot capture: launch without a graph
+                try:
+                    launcher.end_capture()
+                except Exception:  # noqa: BLE001 -- the capture was invalidated; the stream is usable again
+                    pass
+                self.library_note = f"no graph: capture failed ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            else:
+                self.graph = launcher.end_capture()
         launcher.synchronize()  # the weights are on the device before the first run
         self._lock = threading.Lock()
 
@@ -243,7 +249,7 @@ class DeviceEngine:
             return self.constants[name]
         return self.inputs[name] if name in self.inputs else self.fresh[name]
 
-    def _library_calls(self, op: BasicOp, binary, im2col: dict, loaded: dict) -> list[tuple]:
+    def _library_calls(self, op: BasicOp, binary, im2col: dict) -> list[tuple]:
         g = self.plan.graph
         dtype = g.tensors[op.outputs[0]].dtype
         size = np_dtype(dtype).itemsize
