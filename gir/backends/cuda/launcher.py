@@ -208,10 +208,30 @@ class CudaLauncher(Launcher):
         self._ck(self._d.cuGraphLaunch(graph, self._stream))
 
     def close(self) -> None:
+        d = self._d
+        d.cuStreamSynchronize(self._stream)
+        for graph, executable in self._graphs:
+            d.cuGraphExecDestroy(executable)
+            d.cuGraphDestroy(graph)
+        self._graphs.clear()
+        if self._lt is not None:
+            lt, handle, workspace = self._lt
+            for desc, a, b, c, _, _ in self._plans.values():
+                lt.matmul_desc_destroy(desc)
+                for layout in (a, b, c):
+                    lt.matrix_layout_destroy(layout)
+            self._plans.clear()
+            lt.destroy(handle)
+            self.free(workspace)
+            self._lt = None
+        for ptr in self._pinned:
+            d.cuMemFreeHost(ptr)
+        self._pinned.clear()
         for module in self._modules:
-            self._d.cuModuleUnload(module)
+            d.cuModuleUnload(module)
         self._modules.clear()
-        self._d.cuDevicePrimaryCtxRelease(self._dev)
+        d.cuStreamDestroy(self._stream)
+        d.cuDevicePrimaryCtxRelease(self._dev)
 
 
 Launcher = CudaLauncher  # the backend-neutral name callers use

@@ -152,9 +152,18 @@ class HipLauncher(Launcher):
         self._ck(self._h.hipStreamSynchronize(self._stream))
 
     def close(self) -> None:
+        self._h.hipStreamSynchronize(self._stream)
+        if self._blas is not None:
+            hipblas, handle = self._blas
+            hipblas.hipblasDestroy(handle)
+            self._blas = None
+        for ptr in getattr(self, "_pinned", []):
+            self._h.hipHostFree(ptr)
+        self._pinned = []
         for module, _ in self._modules:
             self._h.hipModuleUnload(module)
         self._modules.clear()
+        self._h.hipStreamDestroy(self._stream)
 
 
 Launcher = HipLauncher  # the backend-neutral name callers use
