@@ -77,6 +77,19 @@ def test_conv_on_onednn(case, blocked):
 
 
 @needs_onednn
+def test_a_large_conv_gets_the_faster_layout():
+    CONVS["large"] = ((1, 32, 64, 64), (32, 32, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True)
+    try:
+        op, tensors, values, want = _conv_case("large")
+    finally:
+        del CONVS["large"]
+    assert onednn._macs(op, tensors) > onednn.TIME_LAYOUTS_ABOVE  # both layouts are timed
+    made = onednn.prepare(op, tensors, {"w": values["w"].reshape(-1)})
+    assert made.blocked in (False, True)
+    _close(_run_dnnl(op, tensors, values, ["w"], blocked=made.blocked), want)
+
+
+@needs_onednn
 def test_conv_with_computed_weights_on_onednn():
     op, tensors, values, want = _conv_case("grouped_strided_dilated")
     tensors["w"] = _tensor("w", tensors["w"].shape)  # not a constant: read in place at each run
@@ -199,3 +212,17 @@ def test_gir_run_prints_the_path(tmp_path, capsys):
     assert main(["run", str(path)]) == 0
     err = capsys.readouterr().err
     assert f"library ops: {gir.Session(model, target='cpu').library_path}" in err
+
+
+@needs_onednn
+def test_a_session_read_back_keeps_its_conv_layouts(tmp_path, monkeypatch):
+    from gir.cache import Store, gir_version
+    from gir.ir import get_target
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))
+    _, model = next(_models())
+
+    def store():
+        return Store("plan", gir_version(), repr(get_target("cpu")), 2)
+    first = gir.Session(model, target="cpu", plan_cache=store())
+    again = gir.Session(model, target="cpu", plan_cache=store())
+    assert again.cached and first.engine.layouts and again.engine.layouts == first.engine.layouts

@@ -65,10 +65,11 @@ class NativeCpuEngine:
     """`library_path`: "onednn X.Y.Z" when every library op runs on oneDNN, "numpy" when none
     does (`library_note` says why), both with counts, or "none" for a plan without library
     ops; `library_ops` maps each library op's name to its oneDNN implementation or the reason
-    numpy runs it. `library` chooses: None
-    (oneDNN where it can, $GIR_CPU_LIBRARY=numpy turns it off) or "numpy"."""
+    numpy runs it. `library` chooses: None (oneDNN where it can, $GIR_CPU_LIBRARY=numpy turns
+    it off) or "numpy". `layouts`: conv op name -> blocked or not (onednn.prepare), as chosen
+    before (a session read back from the cache); the engine's own choices are its `layouts`."""
 
-    def __init__(self, plan, memory: MemoryPlan, library: str | None = None):
+    def __init__(self, plan, memory: MemoryPlan, library: str | None = None, layouts: dict | None = None):
         self.plan, self.memory = plan, memory
         g = plan.graph
         source, launches = emit_plan(CpuEmitter(plan.target), plan)
@@ -92,15 +93,18 @@ class NativeCpuEngine:
             if k.gathers:
                 self.gathers[len(self.calls)] = gather_origins(plan, plan.steps[i].ops)
             self.calls.append((fn, [self._address(*locate(plan, memory, i, b)) for b in k.params]))
-        self.dnnl, self.library_ops = {}, {}
+        self.dnnl, self.library_ops, self.layouts = {}, {}, dict(layouts or {})
         for c, call in enumerate(self.calls):
             if isinstance(call, BasicOp):
-                made = onednn.prepare(call, g.tensors, self.constants) if library != "numpy" else "library='numpy'"
+                made = (onednn.prepare(call, g.tensors, self.constants, self.layouts.get(call.name))
+                        if library != "numpy" else "library='numpy'")
                 if isinstance(made, str):
                     self.library_ops[call.name] = f"numpy: {made}"
                 else:
                     self.dnnl[c] = made
-                    self.library_ops[call.name] = f"onednn: {made.impl}"
+                    self.library_ops[call.name] = f"onednn: {made.impl}" + (" (blocked)" if made.blocked else "")
+                    if call.kind == "conv":
+                        self.layouts[call.name] = made.blocked
         if self.dnnl:  # one pair of staging buffers for every primitive (ops run one at a time)
             src_stage, dst_stage = (onednn.aligned_bytes(max(d.staging[i] for d in self.dnnl.values()))
                                     for i in (0, 1))

@@ -136,9 +136,57 @@ class DnnlOp:
             self.handle = None
 
 
+# A conv of more multiply-adds than this has both activation layouts timed when it is prepared.
+TIME_LAYOUTS_ABOVE = 20_000_000
+
+
 def prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool | None = None) -> DnnlOp | str:
     """A primitive for `op`, or the reason numpy runs it. `constants`: name -> flat array of the
-    graph's constant tensors (weights reordered from them now)."""
+    graph's constant tensors (weights reordered from them now). `blocked` (convs): activations
+    reordered into oneDNN's own layout and back at each run (True) or read and written in place
+    as NCHW (False); None chooses: a conv of more than TIME_LAYOUTS_ABOVE multiply-adds is run
+    both ways on zeros and the faster kept, a smaller one is blocked. The choice is `.blocked`.
+    Why time: neither wins everywhere. On 2 AMD EPYC (AVX-512) cores, one thread, reorders
+    included: a dilated 3x3 conv of 64 channels at 256x256 54 ms plain against 73 blocked
+    (transposing 16 MB activations out of cache costs 5-9 ms each way), at 56x56 2.2 against
+    2.2, a strided 1x1 conv (256 -> 512 at 56x56) 6.7 plain against 2.7 blocked; a depthwise 3x3
+    at 144x56x56 0.55 both ways (onnxruntime: 0.25)."""
+    if blocked is None and op.kind == "conv" and _macs(op, tensors) > TIME_LAYOUTS_ABOVE:
+        made = [prepare(op, tensors, constants, b) for b in (False, True)]
+        ok = [m for m in made if not isinstance(m, str)]
+        if len(ok) < 2:
+            return ok[0] if ok else made[0]
+        return min(ok, key=lambda m: _timed(m, op, tensors))
+    made = _prepare(op, tensors, constants, True if blocked is None else blocked)
+    if not isinstance(made, str):
+        made.blocked = bool(blocked is None or blocked) if op.kind == "conv" else False
+    return made
+
+
+def _macs(op: BasicOp, tensors: dict) -> int:
+    w, y = tensors[op.inputs[1]], tensors[op.outputs[0]]
+    return y.size * int(np.prod(w.shape[1:]))
+
+
+def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2) -> float:
+    """Fastest of `repeat` runs (after one) on zeroed operands."""
+    import time
+    arrays = [None if t is None else aligned_bytes(tensors[t].size * 4) for t in made.operands]
+    for a in arrays:
+        if a is not None:
+            a[:] = 0
+    out = aligned_bytes(tensors[op.outputs[0]].size * 4)
+    ptrs = [None if a is None else a.ctypes.data for a in arrays]
+    best = float("inf")
+    for i in range(repeat + 1):
+        start = time.perf_counter()
+        made.call(*ptrs, out.ctypes.data)
+        if i:
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> DnnlOp | str:
     lib = library()
     if lib is None:
         return unavailable()
@@ -159,8 +207,6 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool | None = 
         if wc is not None:
             keep.append(wc)
         bias = op.inputs[2] if len(op.inputs) > 2 else None
-        if blocked is None:
-            blocked = prefers_blocked(x.shape, w.shape, a["group"])
         status = lib.gir_dnnl_conv(ctypes.byref(handle), nsp, _dims(x.shape), _dims(w.shape), _dims(y.shape),
                                    a["group"], _dims(a["strides"]), _dims(a["dilations"]), _dims(a["pads"][:nsp]),
                                    _dims(a["pads"][nsp:]), None if wc is None else wc.ctypes.data,
@@ -188,13 +234,3 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool | None = 
             lib.gir_dnnl_free(handle)
         return f"oneDNN refused it (status {status})"
     return DnnlOp(lib, handle, impl.value.decode(errors="replace"), operands, keep)
-
-
-def prefers_blocked(x_shape, w_shape, group: int) -> bool:
-    """Whether a conv runs faster with activations reordered into the layout oneDNN picks (and
-    back) at each run than on the plain NCHW arrays (its im2col + GEMM kernels). Measured on
-    2 AMD EPYC (AVX-512) cores, one thread, float32, reorders included: a 3x3 conv of 64
-    channels at 128x128 37 ms blocked against 54 ms plain, a depthwise 3x3 at 96x56x56 0.35
-    against 1.8 ms, the stem (3 -> 32, stride 2) 0.25 against 0.46; only a dense 1x1 conv is
-    faster plain (64 -> 256 at 56x56: 1.0 against 1.45 ms), being a GEMM on NCHW already."""
-    return not (group == 1 and all(k == 1 for k in w_shape[2:]))

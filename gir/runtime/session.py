@@ -119,6 +119,8 @@ class Session:
                                f"is loaded already (pass input_shapes to gir.frontend.load instead)")
         sessions, key = _session_cache(model, input_shapes, target, limit, plan_cache)
         cached = sessions.get(key) if sessions is not None else None
+        if not (isinstance(cached, tuple) and len(cached) == 4):  # none, or of another layout
+            cached = None
         if cached is not None:
             self.graph = cached[0]
         else:
@@ -134,17 +136,19 @@ class Session:
         self.target = get_target(target)
         make_engine = _engine_factory(engine, self.target, self.graph.model_name)
         if cached is not None:
-            _, self.plan, self.memory = cached
+            _, self.plan, self.memory, layouts = cached
         else:
             self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
             self.memory = plan_memory(self.plan)
-            if sessions is not None:
-                sessions[key] = (self.graph, self.plan, self.memory)
+            layouts = {}
         self.cached = cached is not None
         if engine == "native" and self.target.backend == "cpu":
-            self.engine = make_engine(self.plan, self.memory, library=library)
+            self.engine = make_engine(self.plan, self.memory, library=library, layouts=layouts)
         else:
             self.engine = make_engine(self.plan, self.memory)
+        if sessions is not None and (cached is None or getattr(self.engine, "layouts", {}) != layouts):
+            # with the layouts the CPU engine timed for its convs (not timed again)
+            sessions[key] = (self.graph, self.plan, self.memory, dict(getattr(self.engine, "layouts", {})))
         self._gathers = input_gathers(self.plan)
 
     @property
