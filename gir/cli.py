@@ -275,6 +275,16 @@ def _latency(session, feeds, repeat: int) -> str:
     return f"latency over {repeat} runs: median {np.median(times) * 1e3:.3f} ms, min {min(times) * 1e3:.3f} ms"
 
 
+def _cached_graph(args, shapes: dict):
+    """The graph of a model `gir run` planned before (gir.Session's cache), without loading it."""
+    from gir.runtime.session import cached_graph
+    try:
+        store = _plan_store(args, _target(args.target))
+    except CliError:  # an unknown target: reported after the model is loaded, as before
+        return None
+    return cached_graph(args.model, shapes or None, args.target, args.limit, store)
+
+
 def cmd_run(args) -> int:
     """Runs through gir.Session: the target's own kernels (C + OpenMP on `cpu`, CUDA or HIP on
     a GPU) or, with `--engine interpreter` (and on targets with no native engine: opencl), the
@@ -288,7 +298,8 @@ def cmd_run(args) -> int:
     if args.profile and (args.engine != "native" or _target(args.target).backend != "cpu"):
         raise CliError("--profile times the native engine's kernels on the cpu target "
                        f"(not --target {args.target} --engine {args.engine})")
-    graph = _load(args.model, _shapes(args))
+    shapes = _shapes(args)
+    graph = _cached_graph(args, shapes) or _load(args.model, shapes)
     if args.output:
         _npz_names(graph)
         _check_writable(args.output)
@@ -298,14 +309,15 @@ def cmd_run(args) -> int:
     store = _plan_store(args, target)
     start = time.perf_counter()
     try:
-        with _backend_errors():
-            session = Session(graph, args.target, engine=engine, limit=args.limit,
+        with _backend_errors():  # the file (not the graph): a model planned before is read back whole
+            session = Session(args.model, args.target, engine=engine, limit=args.limit, input_shapes=shapes or None,
                               progress=_progress(args), plan_cache=store)
     except NoDeviceError as err:
         raise CliError(f"{str(err).splitlines()[0]} (--engine interpreter runs {target.name} kernels on the host)",
                        EXIT_TOOLCHAIN) from None
     _verbose_cache(args, store)
-    _verbose(args, f"session ready in {time.perf_counter() - start:.2f} s (plan, memory, build)")
+    _verbose(args, f"session ready in {time.perf_counter() - start:.2f} s "
+                   f"({'plan read back from the cache' if session.cached else 'plan, memory'}, build)")
     start = time.perf_counter()
     try:
         values = session.run(None, feeds)

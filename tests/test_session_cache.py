@@ -74,3 +74,10 @@ def test_a_damaged_entry_is_planned_again(path, tmp_path, damage):
         entry.write_bytes(damage)
     assert not gir.Session(path, target="cpu", plan_cache=_store()).cached
     assert gir.Session(path, target="cpu", plan_cache=_store()).cached
+
+
+def test_gir_run_reads_a_model_back(path, capsys):
+    from gir.cli import main
+    for cached in (False, True):
+        assert main(["run", path, "--verbose"]) == 0
+        assert ("plan read back from the cache" in capsys.readouterr().err) == cached

@@ -99,6 +99,13 @@ def _session_cache(model, input_shapes, target, limit, plan_cache):
     return Store("session", gir_version(), target, limit), (digest, shapes)
 
 
+def cached_graph(model, input_shapes, target, limit, plan_cache) -> BasicGraph | None:
+    """The loaded graph of a model the session cache holds (what `Session` would read back)."""
+    sessions, key = _session_cache(model, input_shapes, target, limit, plan_cache)
+    cached = sessions.get(key) if sessions is not None else None
+    return cached[0] if isinstance(cached, tuple) and len(cached) == 4 else None
+
+
 class Session:
     """Session(path_or_ModelProto, target="cpu").run(output_names, feeds), as onnxruntime's
     InferenceSession (a BasicGraph already loaded is accepted too). Kernels are compiled when
