@@ -130,7 +130,8 @@ class Store:
             blob = path.read_bytes()
         except OSError:
             return False, None
-        head, digest, payload = blob[:len(_MAGIC)], blob[len(_MAGIC):len(_MAGIC) + 32], blob[len(_MAGIC) + 32:]
+        # a view, not a copy: a whole session entry holds the model's weights (BERT-base: 440 MB)
+        head, digest, payload = blob[:len(_MAGIC)], blob[len(_MAGIC):len(_MAGIC) + 32], memoryview(blob)[len(_MAGIC) + 32:]
         try:
             if head != _MAGIC or hashlib.sha256(payload).digest() != digest:
                 raise ValueError("checksum")
@@ -171,6 +172,84 @@ class Store:
 
 
 _ABSENT = object()
+_BUFFERS_MAGIC = b"GIRCACHE2\n"
+_BUFFER_ALIGN = 64
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _BUFFER_ALIGN) * _BUFFER_ALIGN
+
+
+class BufferStore(Store):
+    """A Store for values that hold large arrays (a session's plan with the model's weights):
+    numpy's buffers are pickled out of band (protocol 5) and written after the pickle, and read
+    back into one 64-byte aligned block that the arrays then view, so an entry costs its size
+    in memory once, not three times (file bytes, payload copy, arrays). Layout: magic, sha256 of
+    the rest, the number of parts and each part's length (8 bytes each), then the parts (the
+    pickle, the buffers), each starting at a multiple of 64 bytes from the file's start."""
+
+    def _load(self, key):
+        import numpy as np
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                raw = np.empty(size + _BUFFER_ALIGN, np.uint8)
+                skip = -raw.ctypes.data % _BUFFER_ALIGN
+                blob = raw[skip:skip + size]
+                if f.readinto(memoryview(blob)) != size:
+                    raise OSError("short read")
+        except OSError:
+            return False, None
+        view, n = memoryview(blob), len(_BUFFERS_MAGIC)
+        try:
+            if bytes(view[:n]) != _BUFFERS_MAGIC or hashlib.sha256(view[n + 32:]).digest() != bytes(view[n:n + 32]):
+                raise ValueError("checksum")
+            at = n + 32
+            count = int.from_bytes(view[at:at + 8], "little")
+            sizes = [int.from_bytes(view[at + 8 * (i + 1):at + 8 * (i + 2)], "little") for i in range(count)]
+            at += 8 * (count + 1)
+            parts = []
+            for part in sizes:
+                at = _aligned(at)
+                parts.append(view[at:at + part])
+                at += part
+            if at != size:
+                raise ValueError("length")
+            return True, pickle.loads(parts[0], buffers=parts[1:])
+        except Exception:  # noqa: BLE001 -- any unreadable entry is a miss, and is rebuilt
+            self.rebuilt += 1
+            with suppress(OSError):
+                path.unlink()
+            return False, None
+
+    def __setitem__(self, key, value) -> None:
+        self._read[key] = value
+        buffers = []
+        head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        parts = [memoryview(head)] + [b.raw() for b in buffers]
+        table = len(parts).to_bytes(8, "little") + b"".join(p.nbytes.to_bytes(8, "little") for p in parts)
+        chunks, at = [table], len(_BUFFERS_MAGIC) + 32 + len(table)
+        for part in parts:
+            chunks.append(bytes(_aligned(at) - at))
+            chunks.append(part)
+            at = _aligned(at) + part.nbytes
+        digest = hashlib.sha256()
+        for chunk in chunks:
+            digest.update(chunk)
+        try:
+            folder = cache_dir(self.kind)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    for chunk in (_BUFFERS_MAGIC, digest.digest(), *chunks):
+                        f.write(chunk)
+                os.replace(tmp, self._path(key))
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as err:
+            warn_unusable(err)
 
 
 def info() -> dict[str, dict]:

@@ -73,7 +73,7 @@ def _session_cache(model, input_shapes, target, limit, plan_cache):
     (bert_tiny in a fresh process: 6-10 s of planning with every fused group a plan-cache hit,
     against a fraction of a second). The key is the model's bytes (and external data), hashed
     without parsing them; a BasicGraph is planned every time."""
-    from gir.cache import Store, gir_version
+    from gir.cache import BufferStore, Store, gir_version
     if not isinstance(plan_cache, Store) or isinstance(model, BasicGraph):
         return None, None
     if isinstance(model, (str, os.PathLike)):
@@ -96,7 +96,7 @@ def _session_cache(model, input_shapes, target, limit, plan_cache):
         target = repr(get_target(target))
     except Exception:  # noqa: BLE001 -- an unknown target: the session reports it, uncached
         return None, None
-    return Store("session", gir_version(), target, limit), (digest, shapes)
+    return BufferStore("session", gir_version(), target, limit), (digest, shapes)
 
 
 def cached_graph(model, input_shapes, target, limit, plan_cache) -> BasicGraph | None:
