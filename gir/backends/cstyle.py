@@ -268,12 +268,19 @@ class CStyle:
         return self.prelude() + "\n" + self.kernel_source(kernel)
 
     def kernel_source(self, k: Kernel) -> str:
+        body = self.kernel_body(k)
+        head, tail = self.kernel_frame(k)
+        pad = "  " * len(tail)  # one level per enclosing brace
+        return "\n".join([*head, *[pad + ln for ln in body], *tail]) + "\n"
+
+    def kernel_body(self, k: Kernel) -> list[str]:
+        """What one unit runs: the prologue, the register declarations, each gOperator."""
         self.k = k
         self.names = self._names(k)
         self.layouts = self._layouts(k) if self.distributed_registers else {}
         segments = register_segments(k)
         declared = self.declarations(k)
-        if len(segments) == 1:
+        if len(segments) == 1 or not self.scoped_registers:
             body, scoped = self.prologue(k) + declared, {}
         else:  # register arrays declared in the span of gOperators that uses them
             regs = {self.names[n] for n, b in k.buffers.items() if b.level == REGISTER}
@@ -294,9 +301,9 @@ class CStyle:
                 last = lines if isinstance(op, Sync) else None
             if scoped and i in ends:
                 body.append("}")
-        head, tail = self.kernel_frame(k)
-        pad = "  " * len(tail)  # one level per enclosing brace
-        return "\n".join([*head, *[pad + ln for ln in body], *tail]) + "\n"
+        return body
+
+    scoped_registers = True  # register arrays declared in the span of gOperators that uses them
 
     gather_flag_type = "int*"  # the flag parameter of a kernel that gathers; None: the dialect has another way
 

@@ -20,10 +20,12 @@ instructions always help a little, which is what a ranking needs.
 """
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import dataclass, field
 from math import ceil, log2
 
 from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
+from gir.ir.across_units import vectorises_across_units
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes
 from gir.ir.dtypes import itemsize
@@ -92,11 +94,16 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     concurrent_blocks = min(prim.num_blocks, per_block * t.processors)
     concurrent_units = concurrent_blocks * prim.units_per_block
     waves = ceil(prim.num_blocks / (per_block * t.processors))
-    program = _program(graph)
+    across = tm.simd_across_units and vectorises_across_units([op for _, op in graph.ops()], prim, graph.buffers)
+    program = _program(graph, across)
 
-    dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + max(0, accesses - unique) / tm.cache_bandwidth
+    # re-reads come from the cache; across units they are a row's overlapping windows, vector
+    # loads from L1 that the issue term already counts
+    rereads = 0 if across else max(0, accesses - unique)
+    dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
-        latency_s = accesses / (concurrent_units * tm.unit_bandwidth)
+        # across units, a row's neighbouring windows overlap in L1: only distinct bytes stream
+        latency_s = (unique if across else accesses) / (concurrent_units * tm.unit_bandwidth)
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
     else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
@@ -151,10 +158,17 @@ class _Program:
     chain: float = 0.0                # dependent steps per unit, when its elements overlap each other
 
 
-def _program(graph: GIRGraph) -> _Program:
+def _program(graph: GIRGraph, across: bool = False) -> _Program:
     """Walk one unit's program in order: count its unit-instructions, and group its DRAM reads
     into rounds (reads issued before any use of an earlier read share a round, up to
-    `loads_in_flight_per_lane` instructions per lane)."""
+    `loads_in_flight_per_lane` instructions per lane). `across`: the kernel runs neighbouring
+    units in the SIMD lanes (gir/ir/across_units.py): every element is its own instruction,
+    shared by `lanes` units at once, and there is no dependent chain to wait on (each SIMD
+    iteration is independent of the next, which the core overlaps)."""
+    if across:
+        p = _program(_one_lane(graph))
+        p.instructions, p.chain = p.instructions / graph.target.lanes_per_unit, 0.0
+        return p
     t, buffers = graph.target, graph.buffers
     lanes, cap = t.lanes_per_unit, t.timing.loads_in_flight_per_lane
     p = _Program()
@@ -204,6 +218,15 @@ def _program(graph: GIRGraph) -> _Program:
         elif isinstance(op, Broadcast):
             p.instructions += per_lane(op, op.dst) / 2
     return p
+
+
+def _one_lane(graph: GIRGraph):
+    """A view of the graph whose target has one lane per unit (what one SIMD lane of the
+    across-units form runs)."""
+    from dataclasses import replace
+    view = copy(graph)
+    view.target = replace(graph.target, lanes_per_unit=1)
+    return view
 
 
 def _without_trivial_masks(op: Move, prim) -> Move:

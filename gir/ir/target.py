@@ -59,6 +59,7 @@ class Timing:
     spill_bytes_per_unit: int = 0   # CPU: a unit's register arrays above this live in L1/L2 (0: none)
     dependent_cycles: float = 0.0   # CPU: latency of one dependent arithmetic step within a unit (GPUs
                                     # hide it with other warps: the alu_latency_cycles term)
+    simd_across_units: bool = False  # CPU: small-unit kernels run their units in SIMD lanes (gir/ir/across_units.py)
     source: str = ""
 
 
@@ -200,6 +201,7 @@ CPU_NOMINAL_TIMING = Timing(
     widest_access_bytes=4,                # lanes are SIMD lanes: the compiler vectorises, not `vec`
     spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
     dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
+    simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
     source="nominal CPU figures (gir/ir/target.py); run `gir calibrate` to measure this machine")
 
 

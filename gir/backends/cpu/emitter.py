@@ -5,6 +5,7 @@ block) are nothing."""
 from __future__ import annotations
 
 from ..cstyle import CStyle, LoopedLanes
+from .across_units import AcrossUnits
 from ..kernels import EmitError, Kernel
 
 CPU_PRELUDE = r"""#include <math.h>
@@ -79,7 +80,7 @@ int gir_gather_oob = 0;  /* set when a Gather index was out of range; the engine
 """
 
 
-class CpuEmitter(LoopedLanes, CStyle):
+class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
     kernel_prefix = "void"
     gather_flag_type = None  # the library's gir_gather_oob global instead (one process, one flag)
     simd_pragma = "#pragma omp simd"
@@ -115,6 +116,8 @@ class CpuEmitter(LoopedLanes, CStyle):
         upb = k.prim.units_per_block
         if upb != 1:
             raise EmitError(f"{k.name}: the CPU runs one unit per block, not {upb}")
+        if self.across:
+            return self.across_prologue(k)
         return ["const int w = 0;", "const int b = u;", *self.block_coords(k)]
 
     def declarations(self, k: Kernel) -> list[str]:

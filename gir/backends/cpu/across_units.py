@@ -1,0 +1,234 @@
+"""SIMD across units: the CPU form of a kernel whose units each compute only a few elements.
+
+A CPU unit is one iteration of the OpenMP loop and its lanes are the iterations of each
+gOperator's element loop. When a unit computes one output of a window reduction (a depthwise
+conv, a pooling window, an involution tap set) those loops run 1 to 25 iterations: too short
+to vectorise, and the unit's index arithmetic and masks run once per output. Neighbouring units
+along the grid's last axis compute neighbouring outputs, so the vector dimension is there:
+this form runs the grid's outer axes as the OpenMP loop and its last axis as an `omp simd`
+loop, every gOperator unrolled at emit time into straight-line code with constant register
+indices (which the C compiler keeps in vector registers), and the part of each DRAM address
+that does not depend on the last axis hoisted out of it as a 64-bit offset, so that a slice
+that steps by one element per unit becomes a (masked) contiguous vector load or store instead
+of a gather. Measured on a depthwise 3x3 conv + SiLU of (1, 144, 56, 56) (see
+docs/ARCHITECTURE.md): the per-unit form runs at about 0.2 GB/s.
+
+The form changes only how units are enumerated and which loops are unrolled; the units'
+gOperators, slices and masks are the kernel's own, so the interpreter and the race check
+speak for it exactly as for the per-unit form.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from gir.ir import DRAM, REGISTER
+from gir.ir.across_units import strided
+from gir.ir.across_units import vectorises_across_units as takes_form
+from gir.ir.affine import Affine
+from gir.ir.gops import Reduce
+
+from ..cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
+from ..kernels import Kernel
+
+
+def _floordiv(x: str, d: int) -> str:
+    """C expression of floor(x / d) for a positive constant d (C's `/` truncates toward 0)."""
+    return x if d == 1 else f"(({x}) >= 0 ? ({x}) / {d} : -((-({x}) + {d - 1}) / {d}))"
+
+
+def constant(k: int) -> Idx:
+    """Element k as a compile-time index (one 'lane' holding it): addresses, register slots
+    and masks along the slice's own dimensions are then decided at emit time."""
+    return Idx(str(k), np.array([k]), np.array([True]))
+
+
+def vectorises_across_units(k: Kernel) -> bool:
+    """Whether kernel `k` takes this form (the rule is the IR's, shared with the time model)."""
+    return takes_form([op for _, op in k.ops], k.prim, k.buffers)
+
+
+class AcrossUnits:
+    """Mixin for the CPU dialect (before LoopedLanes in the bases): active for one kernel
+    while `self.across` is set by `kernel_source`."""
+    across = False
+
+    @property
+    def scoped_registers(self) -> bool:
+        return not self.across  # scalars here, declared once: straight-line code needs no scopes
+
+    def kernel_source(self, k: Kernel) -> str:
+        self.across = vectorises_across_units(k)
+        if not self.across:
+            return super().kernel_source(k)
+        self.offsets: dict[tuple, str] = {}
+        self.row_conditions: dict[str, str] = {}
+        self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
+        try:
+            body = self.kernel_body(k)
+            head, _ = super().kernel_frame(k)
+            return "\n".join(self.across_frame(k, head, body)) + "\n"
+        finally:
+            self.across = False
+
+    # -- the loop nest --------------------------------------------------------------------
+    @property
+    def _last(self) -> str:
+        return f"b{len(self.k.prim.grid) - 1}"
+
+    def across_frame(self, k: Kernel, head: list[str], body: list[str]) -> list[str]:
+        """Outer grid axes as the OpenMP loop (`r`), their coordinates, the hoisted offsets and
+        row conditions, then the last axis as the SIMD loop. Where every access is contiguous
+        that is one masked loop over the row (measured fastest: splitting off the borders cost
+        a depthwise conv 1.5x). Where some access is strided, the masks are kept out of the
+        SIMD loop (see gir/ir/across_units.py): it runs the interior [lo, hi), where every
+        mask holds, with GIR_EDGE(c) defined as 1, and the borders before and after it run
+        masked and scalar (an empty asm with a memory clobber keeps gcc from vectorising
+        them); a row where a row condition fails is all border."""
+        grid, b = k.prim.grid, self._last
+        n = grid[-1]
+        coords = []
+        for i, size in enumerate(grid[:-1]):
+            inner = prod(grid[i + 1:-1])
+            expr = "r" if inner == 1 else f"r / {inner}"
+            coords.append(f"const int b{i} = {0 if size == 1 else expr if i == 0 else f'({expr}) % {size}'};")
+        nest = coords + [f"const long {name} = {text};" for text, name in self.offsets.values()]
+        nest += [f"const int {name} = ({text}) ? {n} : 0;" for text, name in self.row_conditions.items()]
+        simd = ["#pragma omp simd", *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
+        if not strided([op for _, op in k.ops], k.prim, k.buffers):
+            nest += [f"const int lo = 0, hi = {n};", "#define GIR_EDGE(c) (c)", *simd, "#undef GIR_EDGE"]
+        else:
+            inside = " && ".join(f"{name} == {n}" for name in self.row_conditions.values()) or "1"
+            nest += [f"int lo = 0, hi = {n};"]
+            nest += [f"{{ const int e = {e}; if ({'e > lo' if side == 'lo' else 'e < hi'}) {side} = e; }}"
+                     for e, side in self.bounds.items()]
+            nest += [f"if (!({inside})) lo = hi = {n};", f"if (lo > {n}) lo = {n};", "if (hi < lo) hi = lo;"]
+            edge = ['__asm__ __volatile__("" ::: "memory");  /* keeps this border loop scalar */', *body]
+            nest += ["#define GIR_EDGE(c) (c)", *block(f"for (int {b} = 0; {b} < lo; ++{b}) {{", edge),
+                     *block(f"for (int {b} = hi; {b} < {n}; ++{b}) {{", edge), "#undef GIR_EDGE",
+                     "#define GIR_EDGE(c) 1", *simd, "#undef GIR_EDGE"]
+        return [*head, "  #pragma omp parallel for schedule(static)",
+                *block(f"  for (int r = 0; r < {prod(grid[:-1])}; ++r) {{", ["  " + ln for ln in nest], "  }"), "}"]
+
+    def across_prologue(self, k: Kernel) -> list[str]:
+        return ["const int w = 0;", f"const int b = r * {k.prim.grid[-1]} + {self._last};", "const int u = b;"]
+
+    # -- addresses ------------------------------------------------------------------------
+    def _row_offset(self, s) -> tuple[str, str]:
+        """(hoisted offset variable, the rest of the address) of DRAM slice s: the offset split
+        into its part along the last grid axis (stays in the SIMD loop) and the rest."""
+        off = self.k.prim.normalize(s.offset).substitute({"w": Affine(0)})
+        inside, rest = off.split({self._last})
+        key = (s.buffer, rest)
+        if key not in self.offsets:
+            self.offsets[key] = (affine_c(rest), f"o{len(self.offsets)}")
+        return self.offsets[key][1], affine_c(inside)
+
+    def _row_ref(self, s, i: Idx) -> str:
+        name, inside = self._row_offset(s)
+        element = str(int(s.pattern[min(int(i.lanes[0]), s.size - 1)])) if i.lanes is not None else self.unravel(s, i.expr)
+        return f"{self.names[s.buffer]}[{add_c(add_c(name, inside), element)}]"
+
+    def _register(self, s, i: Idx) -> str:
+        """Register element i of s as its own scalar variable (`r_name_5`): every index is a
+        compile-time constant here, and scalars need none of the per-lane "simd array" lowering
+        gcc gives an array declared inside an `omp simd` loop."""
+        a = s.offset.const + int(s.pattern[min(int(i.lanes[0]), s.size - 1)])
+        return f"{self.names[s.buffer]}_{min(max(a, 0), self.k.buffers[s.buffer].size - 1)}"
+
+    def load(self, s, i: Idx, e: Elem):
+        if self.across and self.level(s) == DRAM:
+            return self._row_ref(s, i), self.mask(s, i)
+        if self.across and self.level(s) == REGISTER:
+            return self._register(s, i), self.mask(s, i)
+        return super().load(s, i, e)
+
+    def store(self, s, i: Idx, op, e: Elem | None = None):
+        out = super().store(s, i, op, e)
+        if out is None or not self.across or self.level(s) not in (DRAM, REGISTER):
+            return out
+        return (self._row_ref(s, i) if self.level(s) == DRAM else self._register(s, i)), out[1]
+
+    def declarations(self, k: Kernel) -> list[str]:
+        if not self.across:
+            return super().declarations(k)
+        return [f"{self.types[b.dtype]} " + ", ".join(f"{self.names[n]}_{a}" for a in range(b.size)) + ";"
+                for n, b in k.buffers.items() if b.level == REGISTER]
+
+    def mask(self, s, i: Idx) -> list[str]:
+        """The slice's mask with each bound in block coordinates, as one branch-free condition
+        inside GIR_EDGE (compiled out in the interior run of the row, see across_frame). A
+        condition on the last grid axis also narrows the interior [lo, hi); one that does not
+        depend on it is computed once per row, as a bound on the loop index (`b < m`, m = the
+        row length where it holds, else 0: gcc 12 does not vectorise a select on a
+        loop-invariant condition)."""
+        if not self.across:
+            return super().mask(s, i)
+        inside, row = [], []
+        for bounds, op in ((s.limits, "<"), (s.starts, ">=")):
+            for d, bound in enumerate(bounds):
+                if bound is None:
+                    continue
+                value = int(self.dim_index(s, d, i).lanes[0])
+                norm = self.k.prim.normalize(bound).substitute({"w": Affine(0)})
+                if norm.is_const:
+                    if not (value < norm.const if op == "<" else value >= norm.const):
+                        return ["false"]
+                    continue
+                if self._last in norm.variables:
+                    inside.append(f"{value} {op} {affine_c(norm)}")
+                    self._interior_bound(value, op, norm)
+                else:
+                    row.append(f"{value} {op} {affine_c(norm)}")
+        if row:  # all of them as one bound on the SIMD index: fewer masks for gcc to combine
+            text = " && ".join(f"({c})" for c in row)
+            if text not in self.row_conditions:
+                self.row_conditions[text] = f"m{len(self.row_conditions)}"
+            inside.insert(0, f"{self._last} < {self.row_conditions[text]}")
+        # `&`, not `&&`: one branch-free condition, no control flow for the vectoriser to undo
+        return [f"GIR_EDGE({' & '.join(f'({c})' for c in inside)})"] if inside else []
+
+    def _interior_bound(self, value: int, op: str, norm: Affine) -> None:
+        """Record where `value op norm` holds along the last axis b (norm = rest + a*b) as a
+        first (lo) or last-plus-one (hi) index of b, computed per row in C."""
+        (_, a), = norm.split({self._last})[0].terms
+        rest = affine_c(norm.split({self._last})[1])
+        x = f"{value} - ({rest})"          # the condition is a*b > x (op <) or a*b <= x (op >=)
+        q = _floordiv(x, abs(a))
+        if op == "<":
+            e, side = (f"{q} + 1", "lo") if a > 0 else (f"-({q})", "hi")
+        else:
+            e, side = (f"{q} + 1", "hi") if a > 0 else (f"-({q})", "lo")
+        self.bounds[e] = side
+
+    # -- unrolled elements ----------------------------------------------------------------
+    def elements(self, op, n: int):
+        if not self.across:
+            yield from super().elements(op, n)
+            return
+        for k in range(n):
+            yield Elem(constant(k))
+
+    def wrap(self, e: Elem, lines: list[str]) -> list[str]:
+        if not self.across:
+            return super().wrap(e, lines)
+        return block("{", lines) if len(lines) > 1 else lines
+
+    def op_Reduce(self, op: Reduce) -> list[str]:
+        """Each output's group combined in element order, unrolled (groups are short here)."""
+        if not self.across:
+            return super().op_Reduce(op)
+        acc, ident, term = self._reduce_parts(op)
+        out = []
+        for k in range(op.dst.size):
+            dst = self.store(op.dst, constant(k), op)
+            if dst is None:
+                continue
+            lines = [f"{self.ctype(acc)} acc = {ident};"]
+            for g in range(op.group):
+                x, ok = self.load(op.src, constant(k * op.group + g), None)
+                x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
+                lines.append(f"acc = {self.combine(op.op, 'acc', f'({x})')};")
+            out += block("{", lines + guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, self.dtype(op.dst))};"]))
+        return out

@@ -1,0 +1,149 @@
+"""The CPU emitter's SIMD-across-units form (gir/backends/cpu/across_units.py): which kernels
+take it, that their source is the loop nest it promises, and that their numbers agree with the
+reference interpreter (template candidates) and onnxruntime (window models through the
+Session): masks at every edge, row conditions hoisted out of the SIMD loop, fills other than
+zero, strides, dilations, several taps sizes."""
+import random
+import re
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gir
+from gir.cli import main
+from gir.backends.cpu import compiler as cpu
+from gir.backends.cpu.across_units import vectorises_across_units
+from gir.backends.cpu.emitter import CpuEmitter
+from gir.backends.kernels import emit_graph, split_kernels
+from gir.ir import get_target, run
+from gir.ir.across_units import MAX_ELEMENTS
+from gir.templates import candidates
+
+from backend_cases import compare, seeded_feeds, template_cases
+
+CPU = get_target("cpu")
+
+
+def window_model(op: str, shape, kernel, group=1, out_channels=None, **attrs):
+    """One Conv (+ SiLU) or pooling node on a (1, C, H, W) input, opset 17, ir_version 10."""
+    rng = np.random.default_rng(3)
+    c = shape[1]
+    inits, nodes = [], []
+    if op == "Conv":
+        oc = out_channels or c
+        inits = [numpy_helper.from_array(rng.normal(0, 0.3, (oc, c // group, *kernel)).astype(np.float32), "w"),
+                 numpy_helper.from_array(rng.normal(0, 0.1, oc).astype(np.float32), "b")]
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=list(kernel), group=group, **attrs),
+                 helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    else:
+        nodes = [helper.make_node(op, ["x"], ["y"], kernel_shape=list(kernel), **attrs)]
+    g = helper.make_graph(nodes, "w", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    inferred = onnx.shape_inference.infer_shapes(model)
+    y = next(v for v in inferred.graph.value_info if v.name == "y") if model.graph.node[-1].output[0] != "y" or \
+        not inferred.graph.output[0].type.tensor_type.HasField("shape") else inferred.graph.output[0]
+    model.graph.output[0].CopyFrom(y)
+    return model
+
+
+WINDOWS = [
+    ("Conv", (1, 24, 19, 21), (3, 3), dict(group=24, pads=[1, 1, 1, 1])),
+    ("Conv", (1, 16, 23, 17), (5, 5), dict(group=16, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ("Conv", (1, 8, 20, 20), (3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2])),
+    ("Conv", (1, 8, 15, 30), (3, 1), dict(group=8, pads=[1, 0, 1, 0])),
+    ("Conv", (1, 12, 30, 31), (3, 3), dict(group=12, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("Conv", (1, 8, 29, 40), (3, 3), dict(group=8, pads=[0, 1, 2, 1], strides=[1, 3])),
+    ("Conv", (1, 8, 28, 36), (5, 5), dict(group=8, pads=[2, 2, 2, 2], strides=[2, 4])),
+    ("MaxPool", (1, 6, 17, 33), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("MaxPool", (1, 4, 20, 48), (3, 3), dict(pads=[1, 1, 1, 1])),
+    ("AveragePool", (1, 6, 16, 24), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
+]
+
+
+@pytest.mark.parametrize("case", WINDOWS, ids=lambda c: f"{c[0]}{c[2]}-{'-'.join(f'{k}{v[0]}' for k, v in sorted(c[3].items()) if isinstance(v, list))}")
+def test_window_models_match_onnxruntime(case, tmp_path):
+    op, shape, kernel, attrs = case
+    attrs = dict(attrs)
+    group = attrs.pop("group", 1)
+    model = window_model(op, shape, kernel, group=group, **attrs)
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    session = gir.Session(str(path), target="cpu")
+    got = session.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _compiled_source(model, tmp_path) -> str:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    out = tmp_path / "out"
+    assert main(["compile", str(path), "--target", "cpu", "-o", str(out), "--quiet"]) == 0
+    return "\n".join(p.read_text() for p in sorted((out / "kernels").glob("*.c")))
+
+
+def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
+    """The fused depthwise conv + SiLU (contiguous rows): outer grid axes in the OpenMP loop,
+    the last one as one masked SIMD loop, offsets hoisted as 64-bit integers, row conditions
+    as bounds on the SIMD index, no branch in a mask."""
+    source = _compiled_source(window_model("Conv", (1, 24, 19, 21), (3, 3), group=24, pads=[1, 1, 1, 1]), tmp_path)
+    assert re.search(r"const int lo = 0, hi = 21;\s*#define GIR_EDGE\(c\) \(c\)\s*#pragma omp simd\s*"
+                     r"for \(int b(\d) = lo; b\1 < hi; \+\+b\1\)", source), source[-4000:]
+    assert "for (int u = 0;" not in source and "__asm__" not in source
+    assert re.search(r"const long o\d+ = ", source)
+    assert re.search(r"const int m\d+ = \(.*\) \? 21 : 0;", source)
+    assert " && " not in source.split("#pragma omp simd", 1)[1]
+
+
+def test_strided_rows_run_the_interior_unmasked_and_the_borders_scalar(tmp_path):
+    """A stride-2 depthwise conv steps two input elements per unit: the SIMD loop covers the
+    interior with GIR_EDGE compiled out, the borders are scalar loops with the masks."""
+    source = _compiled_source(window_model("Conv", (1, 16, 23, 17), (5, 5), group=16, pads=[2, 2, 2, 2],
+                                           strides=[2, 2]), tmp_path)
+    simd = source.split("#define GIR_EDGE(c) 1", 1)[1]
+    assert re.match(r"\s*#pragma omp simd\s*for \(int b(\d) = lo; b\1 < hi;", simd), simd[:300]
+    border = source.split("#define GIR_EDGE(c) (c)", 1)[1].split("#undef GIR_EDGE", 1)[0]
+    assert border.count("__asm__ __volatile__") == 2 and "GIR_EDGE(" in border
+
+
+def _across_candidates(limit_per_case: int = 2):
+    """Template candidates (all cases of backend_cases) whose kernels take the across form."""
+    rnd = random.Random(11)
+    out = []
+    for case, (op, ts) in template_cases().items():
+        found = [c for c in candidates(op, ts, CPU).candidates
+                 if any(vectorises_across_units(k) for k in split_kernels(c.graph))]
+        for c in rnd.sample(found, min(limit_per_case, len(found))):
+            out.append(pytest.param(case, c, id=f"{case}-{c.label}"))
+    return out
+
+
+ACROSS = _across_candidates()
+
+
+def test_the_across_form_is_exercised_by_many_templates():
+    kinds = {p.values[0].split("-")[0] for p in ACROSS}
+    assert len(ACROSS) >= 10 and {"elementwise", "reduce", "layout"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("case,cand", ACROSS)
+def test_across_units_candidates_match_the_interpreter(case, cand):
+    op, ts = template_cases()[case]
+    feeds = seeded_feeds(op, ts, case)
+    compare(cpu.run(cand.graph, feeds), run(cand.graph, feeds).outputs, f"{case} {cand.label}")
+
+
+def test_large_units_keep_the_per_unit_form():
+    """A unit with a long row vectorises its own element loops: no across form."""
+    op, ts = template_cases()["elementwise-(2, 3, 65)-(2, 3, 65)"]
+    big = [c for c in candidates(op, ts, CPU).candidates
+           if any(s.size > MAX_ELEMENTS for _, g in c.graph.ops() for s in (*g.reads(), *g.writes()))]
+    assert big
+    source, kernels = emit_graph(CpuEmitter(CPU), big[0].graph)
+    assert not any(vectorises_across_units(k) for k in kernels)
+    assert "for (int u = 0;" in source
