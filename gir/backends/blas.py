@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gir.ir.dtypes import HALF_NP
+
 DTYPES = ("float32", "float16", "float64")  # what the library path takes (fp16 accumulates in fp32)
 
 
@@ -141,7 +143,7 @@ def reference_gemm(g: Gemm, typed_at) -> None:
     inside one allocation); D is written through it."""
     check_gemm(g)
     dt = np.dtype(g.dtype)
-    acc = np.float32 if dt == np.float16 else dt
+    acc = np.float32 if dt in HALF_NP else dt
     ra, ca = (g.k, g.m) if g.transa else (g.m, g.k)
     rb, cb = (g.n, g.k) if g.transb else (g.k, g.n)
     a = _matrix(typed_at(g.a, operand_extent(ra, ca, g.lda, g.stride_a, g.batch), dt), ra, ca, g.lda, g.stride_a, g.batch)

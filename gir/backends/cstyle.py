@@ -33,7 +33,7 @@ import numpy as np
 
 from gir.ir import BLOCK, DRAM, LANE, REGISTER, SHARED, UNIT
 from gir.ir.affine import Affine
-from gir.ir.dtypes import accumulator
+from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Gather, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
@@ -224,13 +224,16 @@ def _declared_name(declaration: str) -> str:
     return declaration.rsplit("[", 1)[0].split()[-1]
 
 
+ROUND = {"float16": "GIR_RH", "bfloat16": "GIR_RB"}  # prelude macros: a float rounded to that precision
+
+
 class CStyle:
     """The shared emitter; dialect subclasses set the class attributes and hooks below."""
     kernel_prefix = 'extern "C" __global__ void'
     restrict = "__restrict__"
     shared_prefix = "__shared__ "
     distributed_registers = True  # per-lane register arrays (GPU) vs per-unit address arrays (CPU)
-    types = {"float32": "float", "float16": "__half", "float64": "double", "int64": "long long",
+    types = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double", "int64": "long long",
              "int32": "int", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
     shuffle_types = {"float32": "float", "float64": "double", "int64": "long long"}  # others go as int/float
 
@@ -262,6 +265,20 @@ class CStyle:
 
     def float_to_half(self, x: str) -> str:
         return f"__float2half({x})"
+
+    def bf16_to_float(self, x: str) -> str:
+        return f"__bfloat162float({x})"
+
+    def float_to_bf16(self, x: str) -> str:
+        return f"__float2bfloat16({x})"  # round to nearest even, NaN kept
+
+    def widen(self, x: str, dtype: str) -> str:
+        """A stored fp16/bf16 value as the float it is computed in; other types as they are."""
+        return self.half_to_float(x) if dtype == "float16" else self.bf16_to_float(x) if dtype == "bfloat16" else x
+
+    def narrow(self, x: str, dtype: str) -> str:
+        """A float rounded once into fp16/bf16 storage."""
+        return self.float_to_half(x) if dtype == "float16" else self.float_to_bf16(x)
 
     # -- kernel --------------------------------------------------------------------------------
     def emit(self, kernel: Kernel) -> str:
@@ -577,33 +594,33 @@ class CStyle:
         return f"((0x{sum(1 << int(b) for b in on):x}ull >> lane) & 1)"
 
     def shuffle_typed(self, value: str, src: str, dtype: str, xor: bool = False) -> str:
-        """A shuffle in a type the hardware moves: fp16 as float, bool and bytes as int."""
-        via = self.shuffle_types.get(dtype, "float" if dtype == "float16" else "int")
-        x = self.half_to_float(value) if dtype == "float16" else value if via == self.types[dtype] else f"({via}){value}"
+        """A shuffle in a type the hardware moves: fp16/bf16 as float, bool and bytes as int."""
+        via = self.shuffle_types.get(dtype, "float" if dtype in HALF else "int")
+        x = self.widen(value, dtype) if dtype in HALF else value if via == self.types[dtype] else f"({via}){value}"
         moved = self.shfl_xor(x, src) if xor else self.shfl(x, src)
-        if dtype == "float16":
-            return self.float_to_half(moved)
+        if dtype in HALF:
+            return self.narrow(moved, dtype)
         return moved if via == self.types[dtype] else f"({self.types[dtype]}){moved}"
 
     # -- values and expressions --------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
-        """C type of a value in computation: fp16 is computed (and held) in float."""
-        return "float" if dtype == "float16" else self.types[dtype]
+        """C type of a value in computation: fp16 and bf16 are computed (and held) in float."""
+        return "float" if dtype in HALF else self.types[dtype]
 
     def to_value(self, x: str, dtype: str) -> str:
-        return self.half_to_float(x) if dtype == "float16" else x
+        return self.widen(x, dtype)
 
     def convert(self, x: str, src: str, dst: str) -> str:
         """Value of dtype src as a value of dtype dst (numpy astype)."""
-        if src == dst or (src == "float16" and dst == "float32"):
+        if src == dst or (src in HALF and dst == "float32"):
             return x
-        if dst == "float16":
-            return f"GIR_RH({x if src == 'float32' else f'(float)({x})'})"
+        if dst in HALF:  # held in float, rounded to the half type's precision
+            return f"{ROUND[dst]}({x if src in ('float32', *HALF) else f'(float)({x})'})"
         return f"({self.ctype(dst)})({x})"
 
     def to_storage(self, x: str, src: str, dst: str) -> str:
-        if dst == "float16":
-            return self.float_to_half(x if src in ("float32", "float16") else f"(float)({x})")
+        if dst in HALF:
+            return self.narrow(x if src in ("float32", *HALF) else f"(float)({x})", dst)
         return self.convert(x, src, dst)
 
     def literal(self, value, dtype: str) -> str:
@@ -622,8 +639,8 @@ class CStyle:
         return f"{v}LL" if dtype == "int64" else str(v) if dtype == "int32" else f"({self.types[dtype]}){v}"
 
     def storage_literal(self, value, dtype: str) -> str:
-        lit = self.literal(value, "float32" if dtype == "float16" else dtype)
-        return self.float_to_half(lit) if dtype == "float16" else lit
+        lit = self.literal(value, compute(dtype))
+        return self.narrow(lit, dtype) if dtype in HALF else lit
 
     @staticmethod
     def node_dtype(node: Call, args: list, cdt: str) -> str:
@@ -640,7 +657,7 @@ class CStyle:
                 continue  # an equal sub-tree elsewhere: one SSA value
             if isinstance(node, Input):
                 x, dt = inputs[node.index]
-                out = (self.to_value(x, dt), "float32" if dt == "float16" else dt)
+                out = (self.to_value(x, dt), compute(dt))
             elif isinstance(node, Const):
                 dt = "bool" if node.dtype == "bool" else cdt
                 out = (self.literal(node.value, dt), dt)
@@ -667,13 +684,13 @@ class CStyle:
             return f"{xs[0]} != {xs[0]}"
         if op == "cast":
             return self.convert(xs[0], dts[0], dt)
-        half = dt == "float16"
-        work = "float32" if half else dt
+        half = dt in HALF
+        work = compute(dt)
         if op == "where":
             return f"{xs[0]} ? {self.convert(xs[1], dts[1], dt)} : {self.convert(xs[2], dts[2], dt)}"
         a = [self.convert(x, d, work) for x, d in zip(xs, dts)]
         text = self.arith(op, a, work)
-        return f"GIR_RH({text})" if half else text
+        return f"{ROUND[dt]}({text})" if half else text
 
     def arith(self, op: str, a: list[str], dt: str) -> str:
         is_float = dt in ("float32", "float64")
@@ -846,7 +863,7 @@ class CStyle:
         sdt = self.dtype(op.src)
 
         def term(x: str) -> str:
-            return self.convert(self.to_value(x, sdt), "float32" if sdt == "float16" else sdt, acc)
+            return self.convert(self.to_value(x, sdt), compute(sdt), acc)
         return acc, ident, term
 
     @staticmethod
@@ -998,6 +1015,13 @@ GPU_PRELUDE = """#ifndef GIR_PRELUDE
 #define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))  /* NaN-propagating, as numpy */
 #define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
 #define GIR_RH(x) __half2float(__float2half(x))  /* round a float to fp16 precision */
+__device__ inline float gir_b2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }  /* bf16 bits -> float */
+__device__ inline unsigned short gir_f2b(float f) {  /* float -> bf16 bits, round to nearest even, NaN kept quiet */
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+#define GIR_RB(x) gir_b2f(gir_f2b(x))  /* round a float to bf16 precision */
 __device__ inline long long gir_ipow(long long a, long long e) {
   long long r = 1;
   for (; e > 0; --e) r *= a;

@@ -17,7 +17,7 @@ import numpy as np
 
 from gir.ir import DEVICE, DRAM, SHARED, GIRGraph, Sync
 from gir.ir.affine import ParallelPrimitive
-from gir.ir.dtypes import np_dtype
+from gir.ir.dtypes import np_dtype, np_is_float
 from gir.ir.gops import Gather, GOp
 from gir.ir.slices import Buffer
 
@@ -230,7 +230,7 @@ def allocate_dram(graph: GIRGraph, feeds: dict) -> dict:
                 raise ValueError(f"{graph.name}: {buf.name!r} expects {buf.size} elements, got shape {value.shape}")
             arrays[buf.name] = np.ascontiguousarray(value.reshape(-1).astype(dt))
         else:
-            poison = np.nan if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
+            poison = np.nan if np_is_float(dt) else np.iinfo(dt).min if dt.kind in "iu" else False
             arrays[buf.name] = np.full(buf.size, poison, dt)
     return arrays
 

@@ -29,7 +29,7 @@ def c_arg(i: int, value):
     if isinstance(value, (ctypes._SimpleCData, ctypes.Structure)):
         return value
     if isinstance(value, np.generic):
-        if value.dtype == np.float16:  # __half: no ctypes type, same bits
+        if value.dtype.itemsize == 2 and value.dtype.kind in "fV":  # __half, __nv_bfloat16: no ctypes type, same bits
             return ctypes.c_uint16(int(value.view(np.uint16)))
         return np.ctypeslib.as_ctypes_type(value.dtype)(value.item())
     raise TypeError(f"kernel argument {i}: give scalars an explicit C type (np.int32(n), np.float32(x)); "

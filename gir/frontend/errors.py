@@ -17,7 +17,7 @@ class FrontendError(ValueError):
 
 
 class UnsupportedDtypeError(FrontendError):
-    """A valid model with a tensor of an element type GIR does not have (bfloat16, float8,
+    """A valid model with a tensor of an element type GIR does not have (float8, int4,
     uint16, string, ...): an unsupported model, not a bad one."""
 
 

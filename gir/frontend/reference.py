@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from gir.ir.dtypes import accumulator, np_dtype
+from gir.ir.dtypes import accumulator, np_dtype, np_is_float
 from gir.ir.expr import evaluate
 
 from .basic import BasicGraph, BasicOp, Tensor, compute_dtype, layout_bounds
@@ -57,7 +57,7 @@ def _elementwise(a, args, ins, out):
 def _empty_identity(op: str, dtype: np.dtype):
     if op in ("sum", "prod"):
         return None
-    if dtype.kind == "f":
+    if np_is_float(dtype):
         return -np.inf if op == "max" else np.inf
     if dtype.kind == "b":
         return op == "min"

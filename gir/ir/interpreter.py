@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .access import ALL_LANES, HOST, UNWRITTEN, needed_scope, read_pairs, storage_index, output_lanes
-from .dtypes import accumulator, np_dtype
+from .dtypes import HALF_NP, accumulator, np_dtype
 from .expr import evaluate
 from .gops import Broadcast, Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from .graph import GIRGraph
@@ -201,7 +201,7 @@ class Interpreter:
             src = op.source_index(0, k)
             return self._scatter(node, op, values[:, src], (defined & valid)[:, src])
         if isinstance(op, Elementwise):
-            arrays = [r[0].astype(np.float32) if r[0].dtype == np.float16 else r[0] for r in reads]
+            arrays = [r[0].astype(np.float32) if r[0].dtype in HALF_NP else r[0] for r in reads]
             defined = np.logical_and.reduce([r[1] & r[2] for r in reads]) if reads else np.ones((self.units, op.out.size), bool)
             out = evaluate(op.expr, arrays, op.compute_dtype) if arrays else evaluate(op.expr, [], op.compute_dtype)
             out = np.broadcast_to(out, (self.units, op.out.size))

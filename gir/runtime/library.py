@@ -8,7 +8,7 @@ import numpy as np
 
 from gir.frontend.basic import BasicOp
 from gir.frontend.reference import execute_op
-from gir.ir.dtypes import np_dtype
+from gir.ir.dtypes import HALF_NP, np_dtype
 
 
 def run_library_op(op: BasicOp, tensors: dict, args: list[np.ndarray]) -> np.ndarray:
@@ -23,7 +23,7 @@ def conv(x, w, b, strides, pads, dilations, group) -> np.ndarray:
     """ONNX Conv (N-d, NCHW..., explicit pads); fp16 accumulates in fp32."""
     nsp = x.ndim - 2
     n, m, cpg = x.shape[0], w.shape[0], w.shape[1]
-    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    acc = np.float32 if x.dtype in HALF_NP else x.dtype
     if any(pads):
         x = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nsp + i]) for i in range(nsp)])
     kernel = w.shape[2:]

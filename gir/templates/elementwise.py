@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gir.frontend.basic import compute_dtype, contiguous_strides
 from gir.ir import Elementwise
+from gir.ir.dtypes import compute as widened
 from gir.ir.expr import split
 
 from .common import broadcast_strides, unique_views
@@ -17,7 +18,7 @@ def generate(op, tensors, target, rejected, views=None):
     shape = out.shape or (1,)
     ins = [tensors[n] for n in op.inputs]
     cdt = compute_dtype([t.dtype for t in ins], op.attrs["dtype"])
-    cdt = "float32" if cdt == "float16" else cdt
+    cdt = widened(cdt)
     if views is None:
         views = [(t.name, 0, broadcast_strides(t.shape, shape)) for t in ins]
     operand_strides = [contiguous_strides(shape), *[v[2] for v in views]]

@@ -21,6 +21,7 @@ CPU_PRELUDE = r"""#include <math.h>
 #define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
 #define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
 #define GIR_RH(x) gir_h2f(gir_f2h(x))
+#define GIR_RB(x) gir_b2f(gir_f2b(x))
 static inline uint32_t gir_fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float gir_bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float gir_h2f(uint16_t h) {  /* fp16 storage -> float, exact */
@@ -37,6 +38,12 @@ static inline uint16_t gir_f2h(float f) {  /* float -> fp16, round to nearest ev
   else if (u < 0x38800000u) o = gir_fbits(gir_bitsf(u) + gir_bitsf(126u << 23)) - (126u << 23);
   else o = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
   return (uint16_t)(o | (sign >> 16));
+}
+static inline float gir_b2f(uint16_t h) { return gir_bitsf((uint32_t)h << 16); }  /* bf16 storage -> float */
+static inline uint16_t gir_f2b(float f) {  /* float -> bf16, round to nearest even, NaN kept quiet */
+  const uint32_t u = gir_fbits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 static inline long long gir_ipow(long long a, long long e) {
   long long r = 1;
@@ -85,7 +92,7 @@ class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
     gather_flag_type = None  # the library's gir_gather_oob global instead (one process, one flag)
     simd_pragma = "#pragma omp simd"
     restrict = "restrict"
-    types = {"float32": "float", "float16": "uint16_t", "float64": "double", "int64": "int64_t",
+    types = {"float32": "float", "float16": "uint16_t", "bfloat16": "uint16_t", "float64": "double", "int64": "int64_t",
              "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool"}
 
     def prelude(self) -> str:
@@ -106,6 +113,12 @@ class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
 
     def float_to_half(self, x: str) -> str:
         return f"gir_f2h({x})"
+
+    def bf16_to_float(self, x: str) -> str:
+        return f"gir_b2f({x})"
+
+    def float_to_bf16(self, x: str) -> str:
+        return f"gir_f2b({x})"
 
     def kernel_frame(self, k: Kernel):
         head, _ = super().kernel_frame(k)

@@ -1,4 +1,4 @@
-"""CUDA dialect of the C-like emitter: 32-lane warps, *_sync shuffles, cuda_fp16.h; plus
+"""CUDA dialect of the C-like emitter: 32-lane warps, *_sync shuffles, cuda_fp16.h and cuda_bf16.h; plus
 `compile`, which emits a graph's kernels into one source and builds it with NVRTC."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ STATIC_SHARED = 48 * 1024  # per kernel without an opt-in; larger needs dynamic 
 
 class CudaEmitter(CStyle):
     def prelude(self) -> str:
-        return ("#include <cuda_fp16.h>\n" + GPU_PRELUDE
+        return ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + GPU_PRELUDE
                 + f"#define GIR_SHFL(v, s) __shfl_sync(0xffffffffu, (v), (s), {self.L})\n"
                 + f"#define GIR_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), {self.L})\n")
 

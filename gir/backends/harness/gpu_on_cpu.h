@@ -551,3 +551,28 @@ inline __half __high2half(__half2 h) { return h.y; }
 inline __half2 __hadd2(__half2 a, __half2 b) { return {a.x + b.x, a.y + b.y}; }
 inline __half2 __hmul2(__half2 a, __half2 b) { return {a.x * b.x, a.y * b.y}; }
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
+
+// ---- bf16 storage (cuda_bf16.h's __nv_bfloat16): the top 16 bits of a float, rounded to nearest
+// even, NaN kept quiet with its sign --------------------------------------------------------------
+namespace gpucpu {
+inline unsigned short f2bf(float f) {
+  uint32_t u = bits<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float bf2f(unsigned short h) { return bits<float>(uint32_t(h) << 16); }
+}  // namespace gpucpu
+struct __nv_bfloat16 {
+  unsigned short __x;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) : __x(::gpucpu::f2bf(f)) {}
+  __nv_bfloat16(double f) : __x(::gpucpu::f2bf(float(f))) {}
+  __nv_bfloat16(int i) : __x(::gpucpu::f2bf(float(i))) {}
+  operator float() const { return ::gpucpu::bf2f(__x); }
+};
+typedef __nv_bfloat16 nv_bfloat16;
+inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
+inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 h; h.__x = u; return h; }

@@ -19,6 +19,16 @@ SYNC_UNIT = """#if defined(__HIP_DEVICE_COMPILE__) || defined(__HIPCC_RTC__)
 
 
 class HipEmitter(CStyle):
+    # bf16 as its 16 bits, converted by the prelude's gir_b2f/gir_f2b (round to nearest even):
+    # hiprtc's built-in headers have no bf16 type to include without clashing
+    types = {**CStyle.types, "bfloat16": "unsigned short"}
+
+    def bf16_to_float(self, x: str) -> str:
+        return f"gir_b2f({x})"
+
+    def float_to_bf16(self, x: str) -> str:
+        return f"gir_f2b({x})"
+
     def prelude(self) -> str:
         return ("#include <hip/hip_runtime.h>\n" + GPU_PRELUDE + SYNC_UNIT
                 + f"#define GIR_SHFL(v, s) __shfl((v), (s), {self.L})\n"

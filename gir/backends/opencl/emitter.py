@@ -52,6 +52,13 @@ inline ushort gir_f2h(float f) {  /* float -> fp16, round to nearest even */
   else o = (u + ((uint)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
   return (ushort)(o | (sign >> 16));
 }
+inline float gir_b2f(ushort h) { return as_float((uint)h << 16); }  /* bf16 storage -> float */
+inline ushort gir_f2b(float f) {  /* float -> bf16, round to nearest even, NaN kept quiet */
+  const uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+#define GIR_RB(x) gir_b2f(gir_f2b(x))
 inline long gir_ipow(long a, long e) {
   long r = 1;
   for (; e > 0; --e) r *= a;
@@ -65,7 +72,7 @@ class OpenCLEmitter(LoopedLanes, CStyle):
     restrict = "restrict"
     shared_prefix = "__local "
     gather_flag_type = "__global int*"
-    types = {"float32": "float", "float16": "ushort", "float64": "double", "int64": "long",
+    types = {"float32": "float", "float16": "ushort", "bfloat16": "ushort", "float64": "double", "int64": "long",
              "int32": "int", "int8": "char", "uint8": "uchar", "bool": "uchar"}
 
     def prelude(self) -> str:
@@ -96,6 +103,12 @@ class OpenCLEmitter(LoopedLanes, CStyle):
 
     def float_to_half(self, x: str) -> str:
         return f"gir_f2h({x})"
+
+    def bf16_to_float(self, x: str) -> str:
+        return f"gir_b2f({x})"
+
+    def float_to_bf16(self, x: str) -> str:
+        return f"gir_f2b({x})"
 
     def ctype(self, dtype: str) -> str:
         return "bool" if dtype == "bool" else super().ctype(dtype)  # uchar only in memory

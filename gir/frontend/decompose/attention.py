@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from gir.ir.dtypes import compute, finfo, is_half
 from gir.ir.expr import Call, Const, Input, call
 
 from .context import Builder, Node, normalize_axis
@@ -34,7 +35,7 @@ def rms_norm(b: Builder, n: Node):
     axes = tuple(range(axis, rank))
     dt = b.dtype(x)
     xs = x
-    if dt == "float16" and int(n.attr("stash_type", 1)) == 1:
+    if is_half(dt) and int(n.attr("stash_type", 1)) == 1:
         xs = b.elementwise(Call("cast", (x0,), "float32"), [x], step="stash", dtype="float32")
     count = math.prod(b.shape(x)[a] for a in axes)
     sq = b.elementwise(call("mul", x0, x0), [xs], step="square")
@@ -79,7 +80,7 @@ def _transpose_last(b: Builder, t: str, step: str) -> str:
 
 
 def _lowest(dt: str) -> float:
-    return float(np.finfo(np.float16 if dt == "float16" else np.float32 if dt == "float32" else np.float64).min)
+    return float(finfo(dt).min)
 
 
 @register("Attention", check=_attention_check)
@@ -115,7 +116,7 @@ def attention(b: Builder, n: Node):
     qg = b.view(q, (bsz, hkv, g * s, d), step="q_groups") if g > 1 else q
     qk = b.emit("matmul", [qg, _transpose_last(b, k, "k_t")], {}, step="qk")
     qk = b.view(qk, (bsz, hq, s, length), step="qk_heads") if g > 1 else qk
-    work = "float32" if dt == "float16" else dt  # fp16 scores and softmax in fp32 (as softmax_precision=1)
+    work = compute(dt)  # fp16/bf16 scores and softmax in fp32 (as softmax_precision=1)
 
     expr = Call("cast", (x0,), work) if work != dt else x0
     expr = call("mul", expr, Const(scale, work))

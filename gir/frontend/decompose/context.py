@@ -21,7 +21,7 @@ from ..limits import check_tensor
 from ..reference import execute_op
 
 ONNX_TO_GIR = {
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
     onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.INT64: "int64",
     onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT8: "int8",
     onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",

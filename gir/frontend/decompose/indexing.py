@@ -161,13 +161,14 @@ def cumsum(b: Builder, n: Node):
         raise b.error(f"axis must be a scalar, got {ax.tolist()}")
     axis = normalize_axis(int(ax.reshape(-1)[0]), len(shape), n)
     exclusive, reverse = bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0))
-    if b.dtype(x) != "float16":
+    dt = b.dtype(x)
+    if dt not in ("float16", "bfloat16"):
         scan(b, x, axis, exclusive, reverse, out=n.outputs[0])
         return
-    # fp16: the partial sums of the blocked scan are added in fp32 and rounded once at the end
+    # fp16/bf16: the partial sums of the blocked scan are added in fp32 and rounded once at the end
     wide = b.elementwise(Call("cast", (x0,), "float32"), [x], step="fp32", dtype="float32")
     total = scan(b, wide, axis, exclusive, reverse)
-    b.elementwise(Call("cast", (x0,), "float16"), [total], step="fp16", out=n.outputs[0], dtype="float16")
+    b.elementwise(Call("cast", (x0,), dt), [total], step="half", out=n.outputs[0], dtype=dt)
 
 
 def scan(b: Builder, x: str, axis: int, exclusive: bool, reverse: bool, *, out: str | None = None) -> str:

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from gir.ir.dtypes import is_half
 from gir.ir.expr import Call, Input, call
 
 from .context import Builder, Node, normalize_axis
@@ -42,7 +43,7 @@ def softmax(b: Builder, n: Node):
 def _normalize(b: Builder, x: str, axes, eps: float, scale: str | None, bias: str | None, out: str):
     """(x - mean) / sqrt(var + eps) * scale + bias over ``axes``, two-pass variance."""
     dt = b.dtype(x)
-    stash = dt == "float16"
+    stash = is_half(dt)
     if stash:
         x = b.elementwise(Call("cast", (x0,), "float32"), [x], step="stash", dtype="float32")
     count = math.prod(b.shape(x)[a] for a in axes)

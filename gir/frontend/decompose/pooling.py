@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gir.ir.dtypes import np_dtype
+from gir.ir.dtypes import np_dtype, np_is_float
 from gir.ir.expr import Input, call
 
 from .context import Builder, Node
@@ -41,7 +41,7 @@ def _maxpool_check(n: Node):
 def max_pool(b: Builder, n: Node):
     x, shape, nsp, kernel, strides, dilations, pads, out_sp = pool_geometry(b, n)
     dt = np_dtype(b.dtype(x))
-    low = -np.inf if dt.kind == "f" else float(np.iinfo(dt).min)
+    low = -np.inf if np_is_float(dt) else float(np.iinfo(dt).min)
     win = unfold(b, x, kernel, strides, dilations, pads, out_sp, low, step="window")
     b.reduce(win, "max", range(2 + nsp, 2 + 2 * nsp), False, step="max", out=n.outputs[0])
 

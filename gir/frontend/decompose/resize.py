@@ -201,7 +201,7 @@ def _resize(b: Builder, n: Node, mode: str):
     x, final = n.inputs[0], n.outputs[0]
     shape = b.shape(x)
     dt = b.dtype(x)
-    if mode != "nearest" and dt not in ("float32", "float16", "float64"):
+    if mode != "nearest" and dt not in ("float32", "float16", "bfloat16", "float64"):
         raise unsupported(n, f"mode={mode!r} on {dt} data is not supported (float types only)")
     if n.opset >= 11 and n.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" \
             and b.value(n.input(1)) is None:

@@ -1,0 +1,183 @@
+"""bfloat16 end to end: Cast round trips (NaN, inf, ties to even, subnormals, overflow), elementwise
+ops and reductions on bf16 tensors, through the reference interpreter, the native CPU engine and
+the CUDA and HIP engines on the CPU harness, against numpy with ml_dtypes. Values are computed in
+fp32 and rounded once when stored; reductions accumulate in fp32."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import gir
+from gir.backends.errors import ToolchainMissingError
+from gir.backends.harness.recording import RecordingLauncher, harness_toolchain
+from gir.frontend import load, run_reference
+from gir.ir.dtypes import accumulator, is_float, itemsize, np_dtype
+from gir.runtime import device
+from gir.runtime.session import SessionError
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# float32 values whose bf16 rounding is easy to get wrong
+SPECIAL = np.array([
+    1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 1 + 2 ** -8 + 2 ** -20,  # ties to even; just above a tie
+    3.4028235e38, -3.4028235e38, 3.3961776e38,  # rounds to inf; the largest finite bf16
+    np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0,
+    1e-40, 3e-39, 9.2e-41, 2 ** -133,  # subnormal floats keep their top bits
+    65504.0, 1e10, -7.0e-3, 0.1, 1 / 3,
+], np.float32)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns, every NaN as one canonical quiet NaN of its sign."""
+    u = np.asarray(a).view(np.uint16).copy()
+    nan = np.isnan(np.asarray(a).astype(np.float32))
+    u[nan] = (u[nan] & 0x8000) | 0x7fc0
+    return u
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "bf16", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def cast_model(n: int):
+    """float32 -> bf16 -> (bf16 out, float32 out): both Cast directions."""
+    return _model([helper.make_node("Cast", ["x"], ["b"], to=T.BFLOAT16),
+                   helper.make_node("Cast", ["b"], ["f"], to=T.FLOAT),
+                   helper.make_node("Identity", ["b"], ["y"])],
+                  [helper.make_tensor_value_info("x", T.FLOAT, [n])],
+                  [helper.make_tensor_value_info("y", T.BFLOAT16, [n]), helper.make_tensor_value_info("f", T.FLOAT, [n])])
+
+
+def ops_model(rows: int = 8, cols: int = 200):
+    """bf16 input and initializer; elementwise ops (each rounded to bf16), a sum and a max over
+    rows, a mean over everything; bf16 and float32 outputs."""
+    c = numpy_helper.from_array(np.linspace(-1.5, 1.5, cols).astype(BF16), "c")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    return _model([
+        helper.make_node("Mul", ["x", "c"], ["m"]),
+        helper.make_node("Exp", ["m"], ["e"]),
+        helper.make_node("Add", ["e", "x"], ["y"]),
+        helper.make_node("ReduceSum", ["y", "axes"], ["s"], keepdims=1),
+        helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=0),
+        helper.make_node("ReduceMean", ["y"], ["mean"], keepdims=0),
+        helper.make_node("Cast", ["s"], ["s32"], to=T.FLOAT),
+    ], [helper.make_tensor_value_info("x", T.BFLOAT16, [rows, cols])],
+        [helper.make_tensor_value_info("y", T.BFLOAT16, [rows, cols]),
+         helper.make_tensor_value_info("s", T.BFLOAT16, [rows, 1]),
+         helper.make_tensor_value_info("mx", T.BFLOAT16, [rows]),
+         helper.make_tensor_value_info("mean", T.BFLOAT16, []),
+         helper.make_tensor_value_info("s32", T.FLOAT, [rows, 1])], [c, axes])
+
+
+def ops_reference(x: np.ndarray, cols: int = 200):
+    """numpy with ml_dtypes: each op in fp32 rounded to bf16; reductions accumulated in fp32 (float64 here)."""
+    c = np.linspace(-1.5, 1.5, cols).astype(BF16)
+    f = lambda a: a.astype(np.float32)  # noqa: E731
+    m = (f(x) * f(c)).astype(BF16)
+    e = np.exp(f(m)).astype(BF16)
+    y = (f(e) + f(x)).astype(BF16)
+    s = f(y).astype(np.float64).sum(1, keepdims=True)
+    return {"y": y, "s": s.astype(np.float32).astype(BF16), "mx": f(x).max(1).astype(BF16),
+            "mean": np.asarray(f(y).astype(np.float64).mean()).astype(np.float32).astype(BF16)}
+
+
+def on_harness(monkeypatch, backend: str) -> RecordingLauncher:
+    """GPU sessions get the recording stand-in: emitted CUDA/HIP source runs on the CPU harness."""
+    launcher = RecordingLauncher(dialect=backend)
+    monkeypatch.setattr(device, "open_launcher", lambda b: launcher)
+    monkeypatch.setattr(device, "_toolchain", harness_toolchain)
+    return launcher
+
+
+ENGINES = ["interpreter", "native", "cuda", "hip"]
+
+
+def session(model, engine: str, monkeypatch):
+    if engine in ("cuda", "hip"):
+        on_harness(monkeypatch, engine)
+        return gir.Session(model, target="h100" if engine == "cuda" else "mi250x", limit=1)
+    return gir.Session(model, target="cpu", engine=engine)
+
+
+def test_bf16_is_a_dtype():
+    assert np_dtype("bfloat16") == BF16 and itemsize("bfloat16") == 2
+    assert is_float("bfloat16") and accumulator("bfloat16") == "float32"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cast_round_trip_rounds_to_nearest_even(engine, monkeypatch):
+    x = np.concatenate([SPECIAL, np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 1e3])
+    y, f = session(cast_model(x.size), engine, monkeypatch).run(None, {"x": x})
+    assert y.dtype == BF16 and f.dtype == np.float32
+    np.testing.assert_array_equal(bits(y), bits(x.astype(BF16)))
+    np.testing.assert_array_equal(bits(f.astype(BF16)), bits(x.astype(BF16)))
+    np.testing.assert_array_equal(np.signbit(f), np.signbit(x))  # -0.0 and -nan keep their sign
+    assert np.isnan(f[np.isnan(x)]).all()
+
+
+def test_ties_round_to_even():
+    """1 + 2^-8 is halfway between bf16 1.0 and 1 + 2^-7: it goes to the even 1.0; 1 + 3 * 2^-8 up."""
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8], np.float32)
+    (y, _f) = gir.Session(cast_model(2), target="cpu").run(None, {"x": x})
+    assert y.astype(np.float32).tolist() == [1.0, 1 + 2 ** -6]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_elementwise_and_reductions_in_bf16(engine, monkeypatch):
+    x = (np.random.default_rng(1).standard_normal((8, 200)) * 2).astype(BF16)
+    got = dict(zip(["y", "s", "mx", "mean", "s32"], session(ops_model(), engine, monkeypatch).run(None, {"x": x})))
+    want = ops_reference(x)
+    np.testing.assert_array_equal(bits(got["y"]), bits(want["y"]))  # rounded once per op, exactly
+    np.testing.assert_array_equal(bits(got["mx"]), bits(want["mx"]))
+    assert got["s"].dtype == got["mean"].dtype == BF16 and got["s32"].dtype == np.float32
+    np.testing.assert_array_equal(got["s32"], got["s"].astype(np.float32))
+    # fp32 accumulation, rounded once to bf16: at most one bf16 ulp (2^-7 relative) from the exact
+    # sum rounded (a bf16 accumulator would drift by many ulps over 200 terms)
+    for name in ("s", "mean"):
+        np.testing.assert_allclose(got[name].astype(np.float32), want[name].astype(np.float32), rtol=2.0 ** -7, atol=0)
+
+
+def test_bf16_constant_and_reference_agree():
+    """The frontend's numpy reference (which folds constants) and the compiled CPU engine agree
+    bit for bit; a bf16 Constant node folds into a bf16 tensor."""
+    const = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([0.3, -2.5], BF16)))
+    model = _model([const, helper.make_node("Mul", ["x", "k"], ["y"])],
+                   [helper.make_tensor_value_info("x", T.BFLOAT16, [4, 2])],
+                   [helper.make_tensor_value_info("y", T.BFLOAT16, [4, 2])])
+    x = np.arange(8, dtype=np.float32).reshape(4, 2).astype(BF16)
+    ref = run_reference(load(model), {"x": x})["y"]
+    got = gir.Session(model, target="cpu").run(None, {"x": x})[0]
+    want = (x.astype(np.float32) * np.array([0.3, -2.5], BF16).astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(bits(ref), bits(want))
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_session_checks_bf16_feeds():
+    s = gir.Session(ops_model(), target="cpu")
+    assert s.get_inputs()[0].type == "tensor(bfloat16)"
+    with pytest.raises(SessionError):
+        s.run(None, {"x": np.zeros((8, 200), np.float32)})
+
+
+@pytest.mark.parametrize("backend,arch", [("cuda", "sm_90"), ("hip", "gfx90a")])
+def test_bf16_kernels_compile(backend, arch):
+    """The emitted bf16 source compiles with NVRTC (cuda_bf16.h) and hiprtc (16-bit storage and the
+    prelude's conversions: no hip bf16 header)."""
+    from gir.fusion.plan import plan
+    from gir.ir.target import get_target
+    graph = load(ops_model())
+    p = plan(graph, get_target("h100" if backend == "cuda" else "mi250x"), limit=1)
+    if backend == "cuda":
+        from gir.backends.cuda import compile as build
+    else:
+        from gir.backends.hip import compile as build
+    try:
+        built = [build(k.graph) for k in p.kernels]
+    except ToolchainMissingError as e:
+        pytest.skip(str(e))
+    assert built and all(b.binary for b in built)
