@@ -32,17 +32,28 @@ MODELS: dict[str, Builder] = {
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
 
-def file_name(name: str, tiny: bool = False) -> str:
-    return f"{name}_tiny.onnx" if tiny else f"{name}.onnx"
+DTYPES = ("fp32", "fp16", "bf16")
 
 
-def build(name: str, tiny: bool = False) -> onnx.ModelProto:
-    """Build model ``name``; raises ``KeyError`` with the known names if it is unknown."""
+def file_name(name: str, tiny: bool = False, dtype: str = "fp32") -> str:
+    """NAME[_tiny][_fp16|_bf16].onnx"""
+    return f"{name}{'_tiny' if tiny else ''}{'' if dtype == 'fp32' else '_' + dtype}.onnx"
+
+
+def build(name: str, tiny: bool = False, dtype: str = "fp32") -> onnx.ModelProto:
+    """Build model ``name``; raises ``KeyError`` with the known names if it is unknown. ``dtype``
+    fp16 or bf16: half-precision weights and activations (models/half.py), fp32 LayerNorm and softmax."""
     try:
         builder = MODELS[name]
     except KeyError:
         raise KeyError(f"unknown model {name!r} (known: {', '.join(MODELS)})") from None
-    return builder(tiny=tiny)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    model = builder(tiny=tiny)
+    if dtype == "fp32":
+        return model
+    from .half import to_half
+    return to_half(model, dtype)
 
 
 def bundled_path(name: str) -> Path:
@@ -80,9 +91,12 @@ def example_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarra
                 feeds[vi.name] = np.ones(shape, dtype=np.int64)
         elif tt.elem_type == TensorProto.FLOAT:
             feeds[vi.name] = rng.standard_normal(shape, dtype=np.float32)
+        elif tt.elem_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):  # the fp32 model's inputs, rounded
+            half = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            feeds[vi.name] = rng.standard_normal(shape, dtype=np.float32).astype(half)
         else:
             raise TypeError(f"input {vi.name!r}: unsupported element type {tt.elem_type}")
     return feeds
 
 
-__all__ = ["MODELS", "BUNDLED_DIR", "build", "bundled_path", "example_inputs", "file_name", "load_bundled"]
+__all__ = ["DTYPES", "MODELS", "BUNDLED_DIR", "build", "bundled_path", "example_inputs", "file_name", "load_bundled"]

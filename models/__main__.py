@@ -1,10 +1,11 @@
 """Command line of the model zoo.
 
-    python -m models build --out DIR [--tiny] [--only NAME ...]
+    python -m models build --out DIR [--tiny] [--dtype fp32|fp16|bf16] [--only NAME ...]
     python -m models report [--tiny] [--only NAME ...] [--out FILE.md] [--json [FILE.json]] [--runs N]
 
-``build`` writes ``DIR/NAME.onnx`` (``NAME_tiny.onnx`` with ``--tiny``), one progress line per
-model.  ``report`` builds each model and prints a markdown table (parameters, nodes, top-10 op
+``build`` writes ``DIR/NAME.onnx`` (``NAME_tiny.onnx`` with ``--tiny``; ``NAME_fp16.onnx`` or
+``NAME_bf16.onnx`` with ``--dtype``: half-precision weights and activations, LayerNorm and
+softmax in fp32, see models/half.py), one progress line per model.  ``report`` builds each model and prints a markdown table (parameters, nodes, top-10 op
 histogram, onnxruntime CPU latency: median of ``--runs`` runs after two warm-up runs, default
 session options).  Errors are one-line messages with a non-zero exit status.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import onnx
 
-from . import MODELS, build, example_inputs, file_name
+from . import DTYPES, MODELS, build, example_inputs, file_name
 from ._builder import count_parameters
 
 
@@ -73,8 +74,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise CliError(f"cannot create output directory {str(out)!r}: {e.strerror or e}") from None
     for name in names:
         t0 = time.perf_counter()
-        model = build(name, tiny=args.tiny)
-        path = out / file_name(name, args.tiny)
+        model = build(name, tiny=args.tiny, dtype=args.dtype)
+        path = out / file_name(name, args.tiny, args.dtype)
         data = model.SerializeToString()
         try:
             path.write_bytes(data)
@@ -152,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     pb.add_argument("--out", required=True, metavar="DIR")
     pb.add_argument("--tiny", action="store_true", help="the tiny test variants (NAME_tiny.onnx)")
     pb.add_argument("--only", nargs="+", metavar="NAME", help=f"some of: {', '.join(MODELS)}")
+    pb.add_argument("--dtype", choices=DTYPES, default="fp32",
+                    help="weights and activations: fp32 (default), fp16 or bf16 (LayerNorm and softmax in fp32)")
     pr = sub.add_parser("report", help="print a markdown table of the models")
     pr.add_argument("--tiny", action="store_true")
     pr.add_argument("--only", nargs="+", metavar="NAME")

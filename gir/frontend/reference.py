@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from gir.ir.dtypes import accumulator, np_dtype, np_is_float
+from gir.ir.dtypes import HALF_NP, accumulator, np_dtype, np_is_float
 from gir.ir.expr import evaluate
 
 from .basic import BasicGraph, BasicOp, Tensor, compute_dtype, layout_bounds
@@ -127,6 +127,8 @@ def _gather(a, args, ins, out):
 
 
 def _matmul(a, args, ins, out):
+    if args[0].dtype in HALF_NP or args[1].dtype in HALF_NP:  # fp16/bf16: fp32 products and sums (BLAS), rounded once
+        return np.matmul(args[0].astype(np.float32), args[1].astype(np.float32))
     return np.matmul(args[0], args[1])
 
 

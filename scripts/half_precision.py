@@ -1,0 +1,127 @@
+"""The zoo in half precision on the CPU target: each model built with fp16 and with bf16 weights
+and activations (`models.build(name, dtype=...)`, models/half.py: LayerNorm and softmax in fp32
+between Casts) runs through gir.Session (target cpu, native engine) and is compared with the fp32
+model in onnxruntime on the same seeded inputs (rounded to the half type for GIR).
+
+Error per model: the worst over its outputs of max |gir - ort| / max |ort| of that output (relative
+to the largest reference magnitude, as scripts/check_zoo.py). For scale, two parts of it measured
+alone in onnxruntime's fp32 model: "inputs only" feeds it the inputs rounded to the half type,
+"weights only" rounds its float initializers to the half type (and back to fp32). What the half
+model adds beyond those is the rounding of every stored activation.
+
+    PYTHONPATH=. python scripts/half_precision.py [--tiny] [--dtype fp16 bf16] [--out FILE] [MODEL ...]
+
+Writes a markdown table (default results/half_precision.md, results/half_precision_tiny.md with
+--tiny) and the same rows as JSON next to it. A model that fails gets a row saying why.
+"""
+import argparse
+import json
+import os
+import platform
+import time
+from datetime import date
+
+import numpy as np
+import onnxruntime as ort
+
+import gir
+import models
+from gir.frontend.errors import one_line
+from models.half import HALF, _round
+from onnx import TensorProto, numpy_helper
+
+EXPECTED = {"fp16": 1e-3, "bf16": 1e-2}  # the issue's expectation, order of magnitude
+
+
+def rel_error(got: list, want: list) -> float:
+    return max(float(np.abs(np.asarray(g, np.float64) - w).max()) / max(float(np.abs(w).max()), 1e-30)
+               for g, w in zip(got, want))
+
+
+def weights_rounded(model, dtype):
+    """The fp32 model with every float initializer rounded to `dtype` and back."""
+    m = type(model)()
+    m.CopyFrom(model)
+    for t in m.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(_round(numpy_helper.to_array(t), dtype).astype("float32"), t.name))
+    return m
+
+
+def half_feeds(feeds: dict, dtype: np.dtype) -> dict:
+    return {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in feeds.items()}
+
+
+def run_one(name: str, tiny: bool, precisions: list[str], limit: int) -> list[dict]:
+    fp32 = models.build(name, tiny=tiny)
+    feeds = models.example_inputs(fp32, 0)
+    ref = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = [np.asarray(w, np.float64) for w in ref.run(None, feeds)]
+    rows = []
+    for p in precisions:
+        row = {"model": name, "dtype": p}
+        try:
+            dtype = HALF[p][1]
+            hfeeds = half_feeds(feeds, dtype)
+            rounded = {k: v.astype(np.float32) if v.dtype == dtype else v for k, v in hfeeds.items()}
+            row["inputs_only"] = rel_error(ref.run(None, rounded), want)
+            wref = ort.InferenceSession(weights_rounded(fp32, dtype).SerializeToString(), providers=["CPUExecutionProvider"])
+            row["weights_only"] = rel_error(wref.run(None, feeds), want)
+            del wref
+            start = time.perf_counter()
+            session = gir.Session(models.build(name, tiny=tiny, dtype=p), target="cpu", limit=limit)
+            row["session_s"] = time.perf_counter() - start
+            got = session.run(None, hfeeds)
+            assert all(g.dtype == dtype for g in got if g.dtype.kind != "i"), [g.dtype for g in got]
+            row["rel_err"] = rel_error(got, want)
+            row["per_output"] = {o.name: rel_error([g], [w]) for o, g, w in zip(session.get_outputs(), got, want)}
+            row["library"] = session.library_path
+        except Exception as err:  # noqa: BLE001 -- one row per failure, the others still run
+            row["error"] = f"{type(err).__name__}: {one_line(err)[:200]}"
+        print(f"{name} {p}: {row.get('rel_err', row.get('error'))}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], tiny: bool, limit: int) -> str:
+    lines = [f"# The zoo in half precision on the CPU target against fp32 onnxruntime ({'tiny' if tiny else 'full size'})",
+             "", "| model | dtype | max rel err | inputs only | weights only | within ~expected | worst output | session s |",
+             "|---|---|---:|---:|---:|---|---|---:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['dtype']} | failed: {r['error']} | | | | | |")
+            continue
+        worst = max(r["per_output"], key=r["per_output"].get)
+        ok = "yes" if r["rel_err"] <= 3 * EXPECTED[r["dtype"]] else "no"
+        lines.append(f"| {r['model']} | {r['dtype']} | {r['rel_err']:.3g} | {r['inputs_only']:.3g} | {r['weights_only']:.3g} | {ok} | "
+                     f"{worst} | {r['session_s']:.1f} |")
+    lines += ["", f"gir.Session(half model, target='cpu', limit={limit}), native engine; onnxruntime "
+              f"{ort.__version__} CPUExecutionProvider on the fp32 model. Inputs: models.example_inputs(seed 0), "
+              "rounded to the half type for GIR. max rel err: worst output's max |gir - ort| / max |ort|. "
+              "inputs only: the fp32 model in onnxruntime on the rounded inputs, same measure; weights only: the fp32 "
+              "model with its weights rounded to the half type, on the fp32 inputs. within ~expected: "
+              "at most 3x the issue's expectation (1e-3 fp16, 1e-2 bf16). "
+              f"{platform.machine()}, {os.cpu_count()} cores (shared), {date.today().isoformat()}.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", default=list(models.MODELS))
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--dtype", nargs="+", choices=list(HALF), default=list(HALF))
+    ap.add_argument("--limit", type=int, default=2)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    out = args.out or f"results/half_precision{'_tiny' if args.tiny else ''}.md"
+    rows = [r for name in args.models for r in run_one(name, args.tiny, args.dtype, args.limit)]
+    text = table(rows, args.tiny, args.limit)
+    with open(out, "w") as f:
+        f.write(text)
+    with open(os.path.splitext(out)[0] + ".json", "w") as f:
+        json.dump(rows, f, indent=1, default=str)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
