@@ -181,3 +181,10 @@ def test_bf16_kernels_compile(backend, arch):
     except ToolchainMissingError as e:
         pytest.skip(str(e))
     assert built and all(b.binary for b in built)
+
+
+def test_bf16_gemms_use_the_matrix_peak():
+    """The partition's ridge point: bf16 GEMMs run on the matrix units, as fp16 ones do."""
+    from gir.ir.target import get_target
+    h100 = get_target("h100")
+    assert h100.ridge_point("bfloat16") == h100.ridge_point("float16") > h100.ridge_point("float32")

@@ -110,8 +110,8 @@ class Target:
 
     def ridge_point(self, dtype: str = "float32") -> float:
         """FLOP per DRAM byte above which an op is compute-bound (the partition threshold).
-        fp16 GEMMs run on the matrix units; fp32 ones on the vector units (no silent TF32)."""
-        peak = self.peak_matrix_flops if dtype == "float16" else self.peak_flops
+        fp16 and bf16 GEMMs run on the matrix units; fp32 ones on the vector units (no silent TF32)."""
+        peak = self.peak_matrix_flops if dtype in ("float16", "bfloat16") else self.peak_flops
         return peak / self.dram_bandwidth
 
     @property
