@@ -188,3 +188,46 @@ def test_bf16_gemms_use_the_matrix_peak():
     from gir.ir.target import get_target
     h100 = get_target("h100")
     assert h100.ridge_point("bfloat16") == h100.ridge_point("float16") > h100.ridge_point("float32")
+
+
+@pytest.mark.parametrize("backend,target", [("cuda", "h100"), ("hip", "mi250x")])
+@pytest.mark.parametrize("elem", [T.FLOAT16, T.BFLOAT16])
+def test_eight_halves_per_128_bit_access(elem, backend, target):
+    """fp16/bf16 pointwise ops offer vec=8: one 16-byte load or store per lane moves eight halves
+    (uint4, two per 32-bit word, the first in the low bits), exact on the harness; NVRTC's PTX has
+    the v4 accesses."""
+    import dataclasses
+
+    from gir.backends.harness.graph_runner import emitter_for, run_on_cpu_harness
+    from gir.backends.kernels import emit_graph
+    from gir.ir.target import get_target
+    from gir.ir.vector_access import wide_share
+    from gir.rewrite.driver import optimize
+    from gir.templates import candidates
+    half = helper.tensor_dtype_to_np_dtype(elem)
+    model = _model([helper.make_node("Add", ["x", "z"], ["y"])],
+                   [helper.make_tensor_value_info(n, elem, [64, 1024]) for n in ("x", "z")],
+                   [helper.make_tensor_value_info("y", elem, [64, 1024])])
+    graph = load(model)
+    t = get_target(target)
+    cand = next(c for c in candidates(graph.ops[0], graph.tensors, t).candidates if c.params.get("vec") == 8)
+    cand = dataclasses.replace(cand, graph=optimize(cand.graph)[0])
+    assert wide_share(cand.graph) == 1.0
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(64 * 1024).astype(np.float32).astype(half) for n in ("x", "z")}
+    got = run_on_cpu_harness(cand.graph, feeds, backend)["y"]
+    want = (feeds["x"].astype(np.float32) + feeds["z"].astype(np.float32)).astype(half)
+    np.testing.assert_array_equal(np.asarray(got).reshape(-1).view(np.uint16), want.view(np.uint16))
+    source, _ = emit_graph(emitter_for(backend, t), cand.graph)
+    assert source.count("const uint4 v = ") == 2 and source.count("*(uint4*)") == 1
+    try:
+        if backend == "cuda":
+            from gir.backends.cuda.compiler import compile_cuda
+            ptx = compile_cuda(source, "sm_90").ptx
+            ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+            assert ptx.count("ld.global.nc.v4") == 2 and ptx.count("st.global.v4") == 1
+        else:
+            from gir.backends.hip.compiler import compile_hip
+            compile_hip(source, "gfx90a")
+    except ToolchainMissingError as e:
+        pytest.skip(str(e))

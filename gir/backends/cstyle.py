@@ -272,6 +272,13 @@ class CStyle:
     def float_to_bf16(self, x: str) -> str:
         return f"__float2bfloat16({x})"  # round to nearest even, NaN kept
 
+    def half_bits(self, x: str, dtype: str) -> str:
+        """The 16 bits of a stored fp16/bf16 value, as an unsigned short."""
+        return f"__half_as_ushort({x})" if dtype == "float16" else f"__bfloat16_as_ushort({x})"
+
+    def half_from_bits(self, u: str, dtype: str) -> str:
+        return f"__ushort_as_half({u})" if dtype == "float16" else f"__ushort_as_bfloat16({u})"
+
     def widen(self, x: str, dtype: str) -> str:
         """A stored fp16/bf16 value as the float it is computed in; other types as they are."""
         return self.half_to_float(x) if dtype == "float16" else self.bf16_to_float(x) if dtype == "bfloat16" else x
@@ -738,7 +745,8 @@ class CStyle:
             return [self.barrier()]
         raise EmitError(f"Sync at scope {op.scope} inside a kernel (device syncs split kernels)")
 
-    vector_types = {"float32": {2: "float2", 4: "float4"}, "int32": {2: "int2", 4: "int4"}}
+    vector_types = {"float32": {2: "float2", 4: "float4"}, "int32": {2: "int2", 4: "int4"},
+                    "float16": {4: "uint2", 8: "uint4"}, "bfloat16": {4: "uint2", 8: "uint4"}}  # halves: two per word
     VECTOR_FIELDS = "xyzw"
 
     def op_Move(self, op) -> list[str]:
@@ -787,9 +795,22 @@ class CStyle:
                 return None
             groups.append((Idx("", ks[0], valid), int(slot0[0]), None if valid.all() else f"lane < {int(valid.sum())}"))
         out, fields = [], self.VECTOR_FIELDS[:vec]
+        dt = self.dtype(dram)
         for i, slot, guard in groups:
             where = f"&{self.names[dram.buffer]}[{self.address(dram, i)}]"
             parts = [f"{name}[{slot + v}]" for v in range(vec)]
+            if dt in HALF:  # two halves per 32-bit field, the first in the low bits
+                if src_dram:
+                    body = [f"const {vtype} v = *(const {vtype}*)({where});",
+                            *(f"{p} = {self.half_from_bits(f'(unsigned short)(v.{fields[v // 2]} >> {16 * (v % 2)})', dt)};"
+                              for v, p in enumerate(parts))]
+                    line = block("{", body)
+                else:
+                    words = [f"((unsigned){self.half_bits(a, dt)} | ((unsigned){self.half_bits(b, dt)} << 16))"
+                             for a, b in zip(parts[::2], parts[1::2])]
+                    line = [f"*({vtype}*)({where}) = make_{vtype}({', '.join(words)});"]
+                out += guarded([guard] if guard else [], line)
+                continue
             if src_dram:
                 body = [f"const {vtype} v = *(const {vtype}*)({where});",
                         *(f"{p} = v.{f};" for p, f in zip(parts, fields))]

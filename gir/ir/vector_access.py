@@ -16,14 +16,16 @@ from .dtypes import itemsize
 from .gops import Move
 from .target import DRAM, REGISTER
 
-WIDE_DTYPES = {"float32", "int32"}  # 4-byte elements: vec 2 and 4 are 8 and 16 bytes
+# vec -> the widths a dtype is accessed at: 4-byte elements in 8 and 16 bytes (vec 2, 4), fp16
+# and bf16 in 8 and 16 bytes too (vec 4, 8: eight halves per 128-bit access where fp32 gets four)
+WIDE_DTYPES = {"float32": (2, 4), "int32": (2, 4), "float16": (4, 8), "bfloat16": (4, 8)}
 
 
 def vector_width(op, buffers: dict) -> int:
     """`vec` when `op`'s DRAM side can be accessed `vec` elements at a time, else 1.
     `buffers`: buffer name -> Buffer (a graph's or a kernel's)."""
     vec = getattr(op, "vec", 1)
-    if not isinstance(op, Move) or op.uniform or op.fill is not None or vec not in (2, 4):
+    if not isinstance(op, Move) or op.uniform or op.fill is not None or vec not in (2, 4, 8):
         return 1
     src_dram, dst_dram = buffers[op.src.buffer].level == DRAM, buffers[op.dst.buffer].level == DRAM
     if src_dram == dst_dram:
@@ -31,7 +33,7 @@ def vector_width(op, buffers: dict) -> int:
     dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
     n = op.dst.size
     dtype = buffers[dram.buffer].dtype
-    if (buffers[reg.buffer].level != REGISTER or buffers[reg.buffer].dtype != dtype or dtype not in WIDE_DTYPES
+    if (buffers[reg.buffer].level != REGISTER or buffers[reg.buffer].dtype != dtype or vec not in WIDE_DTYPES.get(dtype, ())
             or dram.is_masked or n % vec or dram.offset.const % vec or any(c % vec for _, c in dram.offset.terms)):
         return 1
     pattern = dram.pattern

@@ -118,9 +118,10 @@ def _unit_vec_choices(plan: _Plan, target) -> list[int]:
     """Lane placements of a unit reduction's load: 4 consecutive elements per lane (16-byte
     loads) where the one reduced dimension is contiguous and a multiple of 4 x lanes long, first
     where the target issues such loads; else one element per lane."""
-    if len(plan.red) != 1 or plan.red[0][1] != 1 or plan.red[0][0] % (4 * target.lanes_per_unit):
+    vec = 8 if itemsize(plan.x.dtype) == 2 else 4  # fp16/bf16: eight per 16-byte load
+    if len(plan.red) != 1 or plan.red[0][1] != 1 or plan.red[0][0] % (vec * target.lanes_per_unit):
         return [1]
-    return [4, 1] if target.timing.widest_access_bytes >= 16 else [1]
+    return [vec, 1] if target.timing.widest_access_bytes >= 16 else [1]
 
 
 def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int = 1):

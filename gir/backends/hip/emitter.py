@@ -29,6 +29,12 @@ class HipEmitter(CStyle):
     def float_to_bf16(self, x: str) -> str:
         return f"gir_f2b({x})"
 
+    def half_bits(self, x: str, dtype: str) -> str:
+        return x if dtype == "bfloat16" else super().half_bits(x, dtype)
+
+    def half_from_bits(self, u: str, dtype: str) -> str:
+        return u if dtype == "bfloat16" else super().half_from_bits(u, dtype)
+
     def prelude(self) -> str:
         return ("#include <hip/hip_runtime.h>\n" + GPU_PRELUDE + SYNC_UNIT
                 + f"#define GIR_SHFL(v, s) __shfl((v), (s), {self.L})\n"
