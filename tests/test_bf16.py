@@ -231,3 +231,28 @@ def test_eight_halves_per_128_bit_access(elem, backend, target):
             compile_hip(source, "gfx90a")
     except ToolchainMissingError as e:
         pytest.skip(str(e))
+
+
+def _opencl_bf16_errors() -> list[int]:
+    """In a spawned worker (PoCL and hiprtc abort in one process): a bf16 model's fused kernels
+    on the OpenCL backend (PoCL, on the CPU); mismatched bf16 elements per output."""
+    from gir.backends import opencl
+    from gir.fusion.plan import plan
+    from gir.ir import get_target
+    x = (np.random.default_rng(1).standard_normal((8, 200)) * 2).astype(BF16)
+    graph = load(ops_model())
+    p = plan(graph, get_target("opencl"), limit=1)
+    env = {n: t.value.reshape(-1) for n, t in graph.tensors.items() if t.value is not None} | {"x": x.reshape(-1)}
+    for k in p.kernels:
+        outs = opencl.run(k.graph, {n: v for n, v in env.items() if n in k.graph.buffers})
+        env.update({n: np.asarray(v).reshape(-1) for n, v in outs.items()})
+    want = ops_reference(x)
+    return [int((bits(env[n].reshape(want[n].shape)) != bits(want[n])).sum()) for n in ("y", "mx")]
+
+
+def test_bf16_on_opencl():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    pytest.importorskip("pyopencl")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(_opencl_bf16_errors).result() == [0, 0]
