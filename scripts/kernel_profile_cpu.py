@@ -64,7 +64,8 @@ def main():
         print(results[-1], flush=True)
     load = os.getloadavg()
     text = (f"# CPU kernels against copy bandwidth\n\n{date.today()}, {platform.machine()}, {os.cpu_count()} cores, "
-            f"load average {load[0]:.2f} at the end: `PYTHONPATH=. python3 scripts/kernel_profile_cpu.py`. "
+            f"load average {load[0]:.2f} at the end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: "
+            f"`PYTHONPATH=. python3 scripts/kernel_profile_cpu.py`. "
             f"Copy bandwidth (C loop, OpenMP, built like the kernels): {copy_bps / 1e9:.1f} GB/s. Each step timed "
             f"alone (`gir run --profile`), median of {args.repeat}; MB are the plan's modelled DRAM bytes.\n\n"
             + table(results, copy_bps) + "\n")

@@ -147,3 +147,14 @@ def test_large_units_keep_the_per_unit_form():
     source, kernels = emit_graph(CpuEmitter(CPU), big[0].graph)
     assert not any(vectorises_across_units(k) for k in kernels)
     assert "for (int u = 0;" in source
+
+
+def test_the_per_unit_form_can_be_asked_for():
+    """Calibration times the per-unit form (the time model's dependent chain): an emitter with
+    `allow_across` off keeps a kernel that would vectorise across units in that form."""
+    case, cand = ACROSS[0].values
+    (kernel,) = split_kernels(cand.graph)[:1]
+    emitter = CpuEmitter(CPU)
+    assert "#pragma omp simd\n" in emitter.kernel_source(kernel) and "for (int u = 0;" not in emitter.kernel_source(kernel)
+    emitter.allow_across = False
+    assert "for (int u = 0;" in emitter.kernel_source(kernel)

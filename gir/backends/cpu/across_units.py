@@ -53,13 +53,14 @@ class AcrossUnits:
     """Mixin for the CPU dialect (before LoopedLanes in the bases): active for one kernel
     while `self.across` is set by `kernel_source`."""
     across = False
+    allow_across = True  # False: every kernel in the per-unit form (calibration times that form)
 
     @property
     def scoped_registers(self) -> bool:
         return not self.across  # scalars here, declared once: straight-line code needs no scopes
 
     def kernel_source(self, k: Kernel) -> str:
-        self.across = vectorises_across_units(k)
+        self.across = self.allow_across and vectorises_across_units(k)
         if not self.across:
             return super().kernel_source(k)
         self.offsets: dict[tuple, str] = {}

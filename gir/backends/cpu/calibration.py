@@ -162,7 +162,8 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
 
 def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:
     """Time GIR's CPU kernel of Sigmoid over 2^20 elements, one element per unit (the 'element'
-    structure): per unit, the time model's dependent chain (`perf._program(...).chain`) and
+    structure) in the per-unit form (not across units: the time model gives that form no
+    chain): per unit, the time model's dependent chain (`perf._program(...).chain`) and
     nothing to overlap it with, so the time per unit over the chain is the cycles per step."""
     from onnx import TensorProto, helper
 
@@ -184,6 +185,7 @@ def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:
     g = optimize(element.graph)[0]
     (kernel,) = split_kernels(g)
     emitter = CpuEmitter(target)
+    emitter.allow_across = False
     lib = build(emitter.prelude() + "\n" + emitter.kernel_source(kernel), "calibration_chain")
     fn = getattr(lib, kernel.name)
     fn.argtypes, fn.restype = [ctypes.c_void_p] * len(kernel.params), None
