@@ -256,3 +256,26 @@ def test_bf16_on_opencl():
     pytest.importorskip("pyopencl")
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         assert pool.submit(_opencl_bf16_errors).result() == [0, 0]
+
+
+@pytest.mark.parametrize("backend,target", [("cuda", "h100"), ("hip", "mi250x")])
+def test_bf16_library_gemm_on_the_device_engine(backend, target, monkeypatch):
+    """A bf16 MatMul left to the GPU library (cuBLASLt CUDA_R_16BF / hipBLAS R_16B, fp32 compute):
+    on the recording stand-in, GEMMs run by cuBLAS's rules in numpy, fp32 accumulation rounded once."""
+    import dataclasses
+
+    from gir.runtime import session as session_module
+    launcher = on_harness(monkeypatch, backend)
+    real = session_module.get_target
+    monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
+        real(name), peak_flops=1.0, peak_matrix_flops=1.0))  # ridge ~0: the MatMul is a library call
+    w = (np.random.default_rng(4).standard_normal((128, 96)) / 8).astype(BF16)
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                   [helper.make_tensor_value_info("x", T.BFLOAT16, [64, 128])],
+                   [helper.make_tensor_value_info("y", T.BFLOAT16, [64, 96])], [numpy_helper.from_array(w, "w")])
+    x = np.random.default_rng(5).standard_normal((64, 128)).astype(BF16)
+    (y,) = gir.Session(model, target=target, limit=1).run(None, {"x": x})
+    assert launcher.counts()["gemm"] > 0
+    want = np.maximum((x.astype(np.float32) @ w.astype(np.float32)).astype(BF16).astype(np.float32), 0).astype(BF16)
+    assert y.dtype == BF16
+    np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=2.0 ** -7, atol=1e-6)

@@ -20,7 +20,7 @@ import numpy as np
 
 from gir.ir.dtypes import HALF_NP
 
-DTYPES = ("float32", "float16", "float64")  # what the library path takes (fp16 accumulates in fp32)
+DTYPES = ("float32", "float16", "bfloat16", "float64")  # what the library path takes (fp16/bf16 accumulate in fp32)
 
 
 @dataclass(frozen=True)

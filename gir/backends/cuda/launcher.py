@@ -136,6 +136,7 @@ class CudaLauncher(Launcher):
         lt, handle, workspace = self._lt
         types = {"float32": (nvmath.CudaDataType.CUDA_R_32F, cublas.ComputeType.COMPUTE_32F, np.float32),
                  "float16": (nvmath.CudaDataType.CUDA_R_16F, cublas.ComputeType.COMPUTE_32F, np.float32),
+                 "bfloat16": (nvmath.CudaDataType.CUDA_R_16BF, cublas.ComputeType.COMPUTE_32F, np.float32),
                  "float64": (nvmath.CudaDataType.CUDA_R_64F, cublas.ComputeType.COMPUTE_64F, np.float64)}
         data, compute, scale = types[g.dtype]
         scale_type = nvmath.CudaDataType.CUDA_R_64F if scale is np.float64 else nvmath.CudaDataType.CUDA_R_32F

@@ -124,9 +124,10 @@ class HipLauncher(Launcher):
             err = hipblas.hipblasDgemmStridedBatched(handle, op[g.transa], op[g.transb], g.m, g.n, g.k, scale[0:1],
                                                      g.a, g.lda, g.stride_a, g.b, g.ldb, g.stride_b, scale[1:2],
                                                      g.c, g.ldc, g.stride_c, g.batch)
-        else:  # float32, or float16 accumulating in float32
+        else:  # float32, or float16/bfloat16 accumulating in float32
             scale = np.array([g.alpha, g.beta], np.float32)
-            t = hipblas.hipblasDatatype_t.HIPBLAS_R_16F if g.dtype == "float16" else hipblas.hipblasDatatype_t.HIPBLAS_R_32F
+            t = {"float16": hipblas.hipblasDatatype_t.HIPBLAS_R_16F, "bfloat16": hipblas.hipblasDatatype_t.HIPBLAS_R_16B}.get(
+                g.dtype, hipblas.hipblasDatatype_t.HIPBLAS_R_32F)
             err = hipblas.hipblasGemmStridedBatchedEx(
                 handle, op[g.transa], op[g.transb], g.m, g.n, g.k, scale[0:1], g.a, t, g.lda, g.stride_a, g.b, t,
                 g.ldb, g.stride_b, scale[1:2], g.c, t, g.ldc, g.stride_c, g.batch,
