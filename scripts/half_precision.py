@@ -6,8 +6,10 @@ model in onnxruntime on the same seeded inputs (rounded to the half type for GIR
 Error per model: the worst over its outputs of max |gir - ort| / max |ort| of that output (relative
 to the largest reference magnitude, as scripts/check_zoo.py). For scale, two parts of it measured
 alone in onnxruntime's fp32 model: "inputs only" feeds it the inputs rounded to the half type,
-"weights only" rounds its float initializers to the half type (and back to fp32). What the half
-model adds beyond those is the rounding of every stored activation.
+"weights only" rounds the initializers the half model stores in the half type (and back to fp32). What the half
+model adds beyond those is the rounding of every stored activation. "onnxruntime fp16" is the same
+error of onnxruntime running the fp16 model itself (an independent half-precision implementation;
+onnxruntime has no CPU kernels for bf16 Conv or Add, so none for bf16).
 
     PYTHONPATH=. python scripts/half_precision.py [--tiny] [--dtype fp16 bf16] [--out FILE] [MODEL ...]
 
@@ -38,13 +40,16 @@ def rel_error(got: list, want: list) -> float:
                for g, w in zip(got, want))
 
 
-def weights_rounded(model, dtype):
-    """The fp32 model with every float initializer rounded to `dtype` and back."""
+def weights_rounded(model, half):
+    """The fp32 model with the float initializers the half model holds in a half type rounded to
+    it and back (LayerNorm's scale and bias stay fp32 in both)."""
+    rounded = {t.name: numpy_helper.to_array(t) for t in half.graph.initializer
+               if t.data_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16)}
     m = type(model)()
     m.CopyFrom(model)
     for t in m.graph.initializer:
-        if t.data_type == TensorProto.FLOAT:
-            t.CopyFrom(numpy_helper.from_array(_round(numpy_helper.to_array(t), dtype).astype("float32"), t.name))
+        if t.data_type == TensorProto.FLOAT and t.name in rounded:
+            t.CopyFrom(numpy_helper.from_array(rounded[t.name].astype("float32"), t.name))
     return m
 
 
@@ -65,15 +70,24 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int) -> list[di
             hfeeds = half_feeds(feeds, dtype)
             rounded = {k: v.astype(np.float32) if v.dtype == dtype else v for k, v in hfeeds.items()}
             row["inputs_only"] = rel_error(ref.run(None, rounded), want)
-            wref = ort.InferenceSession(weights_rounded(fp32, dtype).SerializeToString(), providers=["CPUExecutionProvider"])
+            half = models.build(name, tiny=tiny, dtype=p)
+            wref = ort.InferenceSession(weights_rounded(fp32, half).SerializeToString(), providers=["CPUExecutionProvider"])
             row["weights_only"] = rel_error(wref.run(None, feeds), want)
             del wref
+            ort_half = None
+            if p == "fp16":
+                oh = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"])
+                ort_half = [np.asarray(o, np.float64) for o in oh.run(None, hfeeds)]
+                row["ort_half"] = rel_error(ort_half, want)
+                del oh
             start = time.perf_counter()
-            session = gir.Session(models.build(name, tiny=tiny, dtype=p), target="cpu", limit=limit)
+            session = gir.Session(half, target="cpu", limit=limit)
             row["session_s"] = time.perf_counter() - start
             got = session.run(None, hfeeds)
             assert all(g.dtype == dtype for g in got if g.dtype.kind != "i"), [g.dtype for g in got]
             row["rel_err"] = rel_error(got, want)
+            if ort_half is not None:
+                row["gir_vs_ort_half"] = rel_error(got, ort_half)
             row["per_output"] = {o.name: rel_error([g], [w]) for o, g, w in zip(session.get_outputs(), got, want)}
             row["library"] = session.library_path
         except Exception as err:  # noqa: BLE001 -- one row per failure, the others still run
@@ -85,21 +99,24 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int) -> list[di
 
 def table(rows: list[dict], tiny: bool, limit: int) -> str:
     lines = [f"# The zoo in half precision on the CPU target against fp32 onnxruntime ({'tiny' if tiny else 'full size'})",
-             "", "| model | dtype | max rel err | inputs only | weights only | within ~expected | worst output | session s |",
-             "|---|---|---:|---:|---:|---|---|---:|"]
+             "", "| model | dtype | max rel err | inputs only | weights only | onnxruntime fp16 | GIR vs onnxruntime fp16 | within ~expected | worst output | session s |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['dtype']} | failed: {r['error']} | | | | | |")
+            lines.append(f"| {r['model']} | {r['dtype']} | failed: {r['error']} | | | | | | | |")
             continue
         worst = max(r["per_output"], key=r["per_output"].get)
         ok = "yes" if r["rel_err"] <= 3 * EXPECTED[r["dtype"]] else "no"
-        lines.append(f"| {r['model']} | {r['dtype']} | {r['rel_err']:.3g} | {r['inputs_only']:.3g} | {r['weights_only']:.3g} | {ok} | "
+        lines.append(f"| {r['model']} | {r['dtype']} | {r['rel_err']:.3g} | {r['inputs_only']:.3g} | {r['weights_only']:.3g} | "
+                     f"{format(r['ort_half'], '.3g') if 'ort_half' in r else '-'} | "
+                     f"{format(r['gir_vs_ort_half'], '.3g') if 'gir_vs_ort_half' in r else '-'} | {ok} | "
                      f"{worst} | {r['session_s']:.1f} |")
     lines += ["", f"gir.Session(half model, target='cpu', limit={limit}), native engine; onnxruntime "
               f"{ort.__version__} CPUExecutionProvider on the fp32 model. Inputs: models.example_inputs(seed 0), "
               "rounded to the half type for GIR. max rel err: worst output's max |gir - ort| / max |ort|. "
               "inputs only: the fp32 model in onnxruntime on the rounded inputs, same measure; weights only: the fp32 "
-              "model with its weights rounded to the half type, on the fp32 inputs. within ~expected: "
+              "model with its weights rounded to the half type, on the fp32 inputs; onnxruntime fp16: onnxruntime running "
+              "the fp16 model on the rounded inputs, same measure; GIR vs onnxruntime fp16: GIR's output against that one. within ~expected: "
               "at most 3x the issue's expectation (1e-3 fp16, 1e-2 bf16). "
               f"{platform.machine()}, {os.cpu_count()} cores (shared), {date.today().isoformat()}.", ""]
     return "\n".join(lines)
