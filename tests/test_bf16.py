@@ -279,3 +279,21 @@ def test_bf16_library_gemm_on_the_device_engine(backend, target, monkeypatch):
     want = np.maximum((x.astype(np.float32) @ w.astype(np.float32)).astype(BF16).astype(np.float32), 0).astype(BF16)
     assert y.dtype == BF16
     np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=2.0 ** -7, atol=1e-6)
+
+
+def test_a_conv_whose_lowered_form_is_too_large_stays_in_the_library(monkeypatch):
+    """At the half types' ridge (the matrix peak) a conv can fall just below it; where its lowered
+    window tensor exceeds the planner's tensor limit, the partition keeps it a library call."""
+    from gir.fusion.partition import partition
+    from gir.ir.target import get_target
+    w = numpy_helper.from_array(np.ones((16, 16, 3, 3), BF16), "w")
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                   [helper.make_tensor_value_info("x", T.BFLOAT16, [1, 16, 32, 32])],
+                   [helper.make_tensor_value_info("y", T.BFLOAT16, [1, 16, 32, 32])], [w])
+    model.opset_import[0].version = 22  # Conv takes bf16 from opset 22
+    graph = load(model)
+    assert partition(graph, get_target("h100")).library == []  # below the ridge: lowered into GIR
+    monkeypatch.setenv("GIR_MAX_TENSOR_ELEMENTS", "100000")  # the window tensor has 16*32*32*16*9 elements
+    part = partition(graph, get_target("h100"))
+    assert [op.kind for op in part.library] == ["conv"]
+    assert "lowering it fails" in part.decisions[0].reason and "GIR_MAX_TENSOR_ELEMENTS" in part.decisions[0].reason

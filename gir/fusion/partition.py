@@ -15,6 +15,7 @@ from math import prod
 import networkx as nx
 
 from gir.frontend.basic import BasicGraph, BasicOp
+from gir.frontend.errors import FrontendError
 from gir.frontend.lower import lower_conv, lower_matmul, splice
 from gir.ir.dtypes import itemsize
 from gir.ir.target import Target
@@ -70,11 +71,19 @@ def partition(graph: BasicGraph, target: Target) -> Partition:
         ridge = target.ridge_point(dtype)
         above = intensity >= ridge
         reason = f"{intensity:.1f} FLOP/B {'>=' if above else '<'} {dtype} ridge {ridge:.1f} FLOP/B of {target.name}"
+        lowered = None
+        if not above:
+            tensors = dict(graph.tensors)
+            try:
+                lowered = (lower_matmul if op.kind == "matmul" else lower_conv)(op, graph)
+            except FrontendError as err:  # e.g. a half-precision conv just below the matrix-peak ridge whose
+                graph.tensors = tensors   # window tensor exceeds the planner's tensor limit: the library keeps it
+                above, reason = True, f"{reason}, but lowering it fails ({str(err).rsplit(': ', 1)[-1][:200]})"
         decisions.append(Decision(op.name, above, flops, nbytes, reason))
         if above:
             library.append(op)
         else:
-            splice(graph, op, (lower_matmul if op.kind == "matmul" else lower_conv)(op, graph))
+            splice(graph, op, lowered)
     memory = [op for op in graph.ops if op.kind not in LIBRARY_KINDS]
     return Partition(graph, decisions, library, convex_subgraphs(graph, memory))
 
