@@ -1,7 +1,9 @@
 """bfloat16 end to end: Cast round trips (NaN, inf, ties to even, subnormals, overflow), elementwise
-ops and reductions on bf16 tensors, through the reference interpreter, the native CPU engine and
-the CUDA and HIP engines on the CPU harness, against numpy with ml_dtypes. Values are computed in
-fp32 and rounded once when stored; reductions accumulate in fp32."""
+ops and reductions on bf16 tensors, through the reference interpreter, the native CPU engine,
+the CUDA and HIP engines on the CPU harness and the OpenCL backend on PoCL, against numpy with
+ml_dtypes. Values are computed in fp32 and rounded once when stored; reductions and library
+GEMMs accumulate in fp32. Also: eight halves per 128-bit access, the bf16 ridge point, the
+partition's fallback when lowering a conv fails."""
 from __future__ import annotations
 
 import ml_dtypes
