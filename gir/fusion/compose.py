@@ -333,7 +333,7 @@ def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
     label = "+".join(sorted({p[0] for p in pieces}))
     cands = []
     for structure, rows, chunk, upb, whole in box_choices(padded, target):
-        box = Box(padded, rows, chunk, upb, whole)
+        box = Box.of(padded, structure, rows, chunk, upb, whole)
         g = GIRGraph(f"copy:{label}:{structure}", box.prim(), target)
         for name in dict.fromkeys([p[1] for p in pieces]):
             t = graph.tensors[name]

@@ -107,6 +107,12 @@ class Box:
     chunk: int
     units_per_block: int
     whole: int = 0
+    outer_units: bool = False  # one whole trailing window per unit, a block's units along the last grid axis
+
+    @classmethod
+    def of(cls, dims, structure: str, rows: int, chunk: int, units_per_block: int, whole: int) -> "Box":
+        """The box a `box_choices` entry describes (`taps`: units along the outer axis)."""
+        return cls(dims, rows, chunk, units_per_block, whole, structure == "taps")
 
     @staticmethod
     def pad(dims: tuple[int, ...], strides: list[tuple[int, ...]]):
@@ -135,6 +141,8 @@ class Box:
     def prim(self) -> ParallelPrimitive:
         outer = self.dims[:self._grid_dims]
         upb = self.units_per_block
+        if self.outer_units:
+            return ParallelPrimitive((*outer[:-1], ceil(outer[-1] / upb)), upb)
         if self.block_per_row:
             grid = (*outer, ceil(self.dims[-2] / self.rows))
         elif self.split_last:
@@ -165,9 +173,15 @@ class Box:
 def _box_addressing(box: Box, offset: int, strides: tuple[int, ...]) -> tuple:
     """(offset, shape, strides, limits) of a box slice; cached because every candidate of every
     repeated layer asks for the same few."""
-    q_rows, q_last = box._q()
     k = box._grid_dims
     base = Affine(offset)
+    if box.outer_units:  # unit q of the last grid axis: its whole window, nothing past the axis' end
+        q = block_coord(k - 1) * box.units_per_block + W
+        for d, s in enumerate(strides[:k - 1]):
+            base = base + block_coord(d) * s
+        limits = (*[None] * box.whole, (box.dims[k - 1] - q) * box.rows, None)
+        return base + q * strides[k - 1], box.shape, strides[k:], limits
+    q_rows, q_last = box._q()
     for d, s in enumerate(strides[:k]):
         base = base + block_coord(d) * s
     base = base + q_rows * (box.rows * strides[-2]) + q_last * (box.chunk * strides[-1])
@@ -219,6 +233,11 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
         if prod(dims[-2 - whole:]) > row_elements_per_lane(target) * lanes:
             break
         out += [("window", dims[-2], last, u, whole) for u in upbs]
+    # A whole small trailing window (a conv's or pooling's taps) per unit, the units of a block
+    # along the outputs: the tiling of a reduction with one output per unit in blocks of several
+    # units, so a window product and its reduction fuse in blocks of more than one warp.
+    if len(dims) > 2 and dims[-3] > 1 and dims[-2] > 1 and dims[-2] * last <= 64:
+        out += [("taps", dims[-2], last, u, 0) for u in upbs if u > 1]
     # One element per unit, last: poor alone (idle lanes), but it is the tiling of a reduction
     # with one output per unit, so an epilogue (bias, activation) can fuse into it.
     out += [("element", 1, 1, u, 0) for u in upbs]

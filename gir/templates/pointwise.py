@@ -35,7 +35,7 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
     cands = []
     for structure, rows, chunk, upb, whole in box_choices(dims, target):
         for vec in vec_choices(chunk, padded, target, widest):
-            box = Box(dims, rows, chunk, upb, whole)
+            box = Box.of(dims, structure, rows, chunk, upb, whole)
             g = new_graph(op, tensors, target, box.prim(), structure, [v[0] for v in in_views])
             regs = [load(g, box.slice(name, offset, st), f"in{i}", box.size, tensors[name].dtype, vec=vec)
                     for i, ((name, offset, _), st) in enumerate(zip(in_views, in_strides))]
