@@ -11,7 +11,11 @@ model adds beyond those is the rounding of every stored activation. "onnxruntime
 error of onnxruntime running the fp16 model itself (an independent half-precision implementation;
 onnxruntime has no CPU kernels for bf16 Conv or Add, so none for bf16).
 
-    PYTHONPATH=. python scripts/half_precision.py [--tiny] [--dtype fp16 bf16] [--out FILE] [MODEL ...]
+    PYTHONPATH=. python scripts/half_precision.py [--tiny] [--dtype fp16 bf16] [--reference] [--out FILE] [MODEL ...]
+
+--reference also runs the half model through GIR's frontend numpy reference (gir.frontend.
+run_reference: every ONNX op's result rounded to the half type, the semantics GIR's kernels
+implement, with no kernels involved) and reports its error and GIR's distance from it.
 
 Writes a markdown table (default results/half_precision.md, results/half_precision_tiny.md with
 --tiny) and the same rows as JSON next to it. A model that fails gets a row saying why.
@@ -57,7 +61,7 @@ def half_feeds(feeds: dict, dtype: np.dtype) -> dict:
     return {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in feeds.items()}
 
 
-def run_one(name: str, tiny: bool, precisions: list[str], limit: int) -> list[dict]:
+def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference: bool = False) -> list[dict]:
     fp32 = models.build(name, tiny=tiny)
     feeds = models.example_inputs(fp32, 0)
     ref = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -88,6 +92,12 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int) -> list[di
             row["rel_err"] = rel_error(got, want)
             if ort_half is not None:
                 row["gir_vs_ort_half"] = rel_error(got, ort_half)
+            if reference:
+                from gir.frontend import load, run_reference
+                env = run_reference(load(half), hfeeds)
+                ref_out = [np.asarray(env[o.name], np.float64) for o in half.graph.output]
+                row["reference"] = rel_error(ref_out, want)
+                row["gir_vs_reference"] = rel_error(got, ref_out)
             row["per_output"] = {o.name: rel_error([g], [w]) for o, g, w in zip(session.get_outputs(), got, want)}
             row["library"] = session.library_path
         except Exception as err:  # noqa: BLE001 -- one row per failure, the others still run
@@ -122,6 +132,16 @@ def table(rows: list[dict], tiny: bool, limit: int) -> str:
     return "\n".join(lines)
 
 
+def reference_table(rows: list[dict]) -> str:
+    lines = ["", "## Against GIR's numpy reference (per-op rounding, no kernels)", "",
+             "| model | dtype | GIR vs fp32 onnxruntime | reference vs fp32 onnxruntime | GIR vs reference |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['dtype']} | {r['rel_err']:.3g} | {r['reference']:.3g} | {r['gir_vs_reference']:.3g} |"
+              for r in rows if "reference" in r]
+    return "\n".join(lines + ["", "Same error measure as above; the reference is gir.frontend.run_reference on the half "
+                              "model (numpy, each op's result rounded to the half type, MatMul/Conv accumulating in fp32).", ""])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*", default=list(models.MODELS))
@@ -129,10 +149,11 @@ def main() -> None:
     ap.add_argument("--dtype", nargs="+", choices=list(HALF), default=list(HALF))
     ap.add_argument("--limit", type=int, default=2)
     ap.add_argument("--out")
+    ap.add_argument("--reference", action="store_true", help="also run GIR's frontend numpy reference")
     args = ap.parse_args()
     out = args.out or f"results/half_precision{'_tiny' if args.tiny else ''}.md"
-    rows = [r for name in args.models for r in run_one(name, args.tiny, args.dtype, args.limit)]
-    text = table(rows, args.tiny, args.limit)
+    rows = [r for name in args.models for r in run_one(name, args.tiny, args.dtype, args.limit, args.reference)]
+    text = table(rows, args.tiny, args.limit) + (reference_table(rows) if args.reference else "")
     with open(out, "w") as f:
         f.write(text)
     with open(os.path.splitext(out)[0] + ".json", "w") as f:
