@@ -55,6 +55,7 @@ WINDOWS = [
     ("Conv", (1, 16, 23, 17), (5, 5), dict(group=16, pads=[2, 2, 2, 2], strides=[2, 2])),
     ("Conv", (1, 8, 20, 20), (3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2])),
     ("Conv", (1, 8, 15, 30), (3, 1), dict(group=8, pads=[1, 0, 1, 0])),
+    ("Conv", (1, 8, 20, 24), (7, 7), dict(group=8, pads=[3, 3, 3, 3])),  # 49 masked loads: interior + borders
     ("Conv", (1, 12, 30, 31), (3, 3), dict(group=12, pads=[1, 1, 1, 1], strides=[2, 2])),
     ("Conv", (1, 8, 29, 40), (3, 3), dict(group=8, pads=[0, 1, 2, 1], strides=[1, 3])),
     ("Conv", (1, 8, 28, 36), (5, 5), dict(group=8, pads=[2, 2, 2, 2], strides=[2, 4])),
@@ -103,7 +104,7 @@ def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
 def test_strided_rows_run_the_interior_unmasked_and_the_borders_scalar(tmp_path):
     """A stride-2 depthwise conv steps two input elements per unit: the SIMD loop covers the
     interior with GIR_EDGE compiled out, the borders are scalar loops with the masks."""
-    source = _compiled_source(window_model("Conv", (1, 16, 23, 17), (5, 5), group=16, pads=[2, 2, 2, 2],
+    source = _compiled_source(window_model("Conv", (1, 16, 23, 36), (5, 5), group=16, pads=[2, 2, 2, 2],
                                            strides=[2, 2]), tmp_path)
     simd = source.split("#define GIR_EDGE(c) 1", 1)[1]
     assert re.match(r"\s*#pragma omp simd\s*for \(int b(\d) = lo; b\1 < hi;", simd), simd[:300]

@@ -10,13 +10,15 @@ and the time model (gir/fusion/perf.py) must agree on it.
 from __future__ import annotations
 
 from .affine import ParallelPrimitive
-from .gops import Gather, Sync
+from .gops import Gather, Move, Sync
 from .target import DRAM, REGISTER
 
 MAX_ELEMENTS = 64      # the largest gOperator (elements one unit reads or writes) worth unrolling
 MAX_STATEMENTS = 1024  # unrolled element statements in the whole kernel (compile time, code size)
 MIN_ROW = 4            # units along the grid's last axis: at least a SIMD vector of them
 MAX_STRIDE = 4         # elements a DRAM slice may step per unit (a stride-2 conv's input: 2)
+MASKED_SINGLE = 25     # masked DRAM loads per unit up to which a row is one masked SIMD loop
+MIN_SPLIT_ROW = 16     # units along the last axis worth splitting into interior and borders
 
 
 def step_along_last(prim: ParallelPrimitive, s) -> int:
@@ -28,6 +30,20 @@ def strided(ops, prim: ParallelPrimitive, buffers: dict) -> bool:
     """Whether some DRAM slice of the kernel steps more than one element per unit."""
     return any(buffers[s.buffer].level == DRAM and step_along_last(prim, s) > 1
                for op in ops if not isinstance(op, Sync) for s in (*op.reads(), *op.writes()))
+
+
+def splits_rows(ops, prim: ParallelPrimitive, buffers: dict) -> bool:
+    """Whether the emitter runs each row as an unmasked SIMD interior and scalar masked borders
+    instead of one masked SIMD loop: where some access is strided (see below), and where a unit
+    makes more than MASKED_SINGLE masked DRAM loads, which gcc 12 left scalar in one loop (a
+    7x7 involution window, 49 masked loads: 'relevant stmt not supported'; split, 17.9 -> 3.1
+    ms at OMP_NUM_THREADS=1, while a 3x3 window ran 1.5x slower split)."""
+    return strided(ops, prim, buffers) or _masked_loads(ops, buffers) > MASKED_SINGLE
+
+
+def _masked_loads(ops, buffers: dict) -> int:
+    return sum(op.src.size for op in ops if isinstance(op, Move) and op.src.is_masked
+               and buffers[op.src.buffer].level == DRAM)
 
 
 def vectorises_across_units(ops, prim: ParallelPrimitive, buffers: dict) -> bool:
@@ -59,4 +75,10 @@ def vectorises_across_units(ops, prim: ParallelPrimitive, buffers: dict) -> bool
             if level == DRAM and not 0 <= step_along_last(prim, s) <= MAX_STRIDE:
                 return False
         statements += largest
-    return statements <= MAX_STATEMENTS
+    if statements > MAX_STATEMENTS:
+        return False
+    # a short contiguous row split for its many masks is mostly scalar border (a 7x7 window
+    # over 7 units: 1.3x slower than the per-unit form; a strided 5x5 one over 7 units is still
+    # 3.4x faster split than per unit)
+    return (prim.grid[-1] >= MIN_SPLIT_ROW or strided(ops, prim, buffers)
+            or _masked_loads(ops, buffers) <= MASKED_SINGLE)

@@ -24,7 +24,7 @@ from math import prod
 import numpy as np
 
 from gir.ir import DRAM, REGISTER
-from gir.ir.across_units import strided
+from gir.ir.across_units import splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
 from gir.ir.affine import Affine
 from gir.ir.gops import Reduce
@@ -81,9 +81,9 @@ class AcrossUnits:
     def across_frame(self, k: Kernel, head: list[str], body: list[str]) -> list[str]:
         """Outer grid axes as the OpenMP loop (`r`), their coordinates, the hoisted offsets and
         row conditions, then the last axis as the SIMD loop. Where every access is contiguous
-        that is one masked loop over the row (measured fastest: splitting off the borders cost
-        a depthwise conv 1.5x). Where some access is strided, the masks are kept out of the
-        SIMD loop (see gir/ir/across_units.py): it runs the interior [lo, hi), where every
+        and the unit's masked loads are few, that is one masked loop over the row (measured
+        fastest: splitting off the borders cost a depthwise conv 1.5x). Otherwise (`_split`)
+        the masks are kept out of the SIMD loop: it runs the interior [lo, hi), where every
         mask holds, with GIR_EDGE(c) defined as 1, and the borders before and after it run
         masked and scalar (an empty asm with a memory clobber keeps gcc from vectorising
         them); a row where a row condition fails is all border."""
@@ -97,7 +97,7 @@ class AcrossUnits:
         nest = coords + [f"const long {name} = {text};" for text, name in self.offsets.values()]
         nest += [f"const int {name} = ({text}) ? {n} : 0;" for text, name in self.row_conditions.items()]
         simd = ["#pragma omp simd", *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
-        if not strided([op for _, op in k.ops], k.prim, k.buffers):
+        if not self._split(k):
             nest += [f"const int lo = 0, hi = {n};", "#define GIR_EDGE(c) (c)", *simd, "#undef GIR_EDGE"]
         else:
             inside = " && ".join(f"{name} == {n}" for name in self.row_conditions.values()) or "1"
@@ -111,6 +111,10 @@ class AcrossUnits:
                      "#define GIR_EDGE(c) 1", *simd, "#undef GIR_EDGE"]
         return [*head, "  #pragma omp parallel for schedule(static)",
                 *block(f"  for (int r = 0; r < {prod(grid[:-1])}; ++r) {{", ["  " + ln for ln in nest], "  }"), "}"]
+
+    def _split(self, k: Kernel) -> bool:
+        """Interior and borders, or one masked SIMD loop (gir/ir/across_units.py splits_rows)."""
+        return splits_rows([op for _, op in k.ops], k.prim, k.buffers)
 
     def across_prologue(self, k: Kernel) -> list[str]:
         return ["const int w = 0;", f"const int b = r * {k.prim.grid[-1]} + {self._last};", "const int u = b;"]
