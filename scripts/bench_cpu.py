@@ -1,7 +1,7 @@
 """CPU latency of gir.Session and onnxruntime, each runtime alone in its own process.
 
     PYTHONPATH=. python3 scripts/bench_cpu.py [--models NAME ...] [--threads 1 0] [--runs 20]
-        [--rounds 1] [--runtimes gir ort] [--tiny] [--out results/bench_cpu]
+        [--rounds 1] [--runtimes gir ort] [--before CHECKOUT] [--tiny] [--out results/bench_cpu]
 
 Per (model, thread count, runtime) one fresh process builds the model, creates the session
 (GIR's plan cache is the persistent one, so only the first process of a model searches),
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-RUNTIMES = ("gir", "gir-numpy", "ort")
+RUNTIMES = ("gir", "gir-numpy", "ort")  # and gir-before with --before
 
 
 def child(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
@@ -57,17 +57,22 @@ def child(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
             "session_s": ready, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "path": path}
 
 
-def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
+def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before: str | None = None) -> dict:
+    """One child process. `gir-before`: GIR from the checkout `before` (PYTHONPATH and its own
+    compile cache under it), for before/after tables."""
     env = dict(os.environ)
+    if runtime == "gir-before":
+        env.update(PYTHONPATH=before, GIR_CACHE_DIR=os.path.join(before, ".bench-cache"))
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     if runtime == "gir-numpy":
         env["GIR_CPU_LIBRARY"] = "numpy"
-    cmd = [sys.executable, __file__, "--child", name, runtime, str(threads), str(runs)] + (["--tiny"] if tiny else [])
+    child_runtime = "gir" if runtime == "gir-before" else runtime
+    cmd = [sys.executable, __file__, "--child", name, child_runtime, str(threads), str(runs)] + (["--tiny"] if tiny else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:
         return {"model": name, "runtime": runtime, "threads": threads, "error": proc.stderr.strip().splitlines()[-1:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "runtime": runtime}
 
 
 def table(rows: list[dict], runtimes: list[str]) -> str:
@@ -97,23 +102,29 @@ def main():
     ap.add_argument("--models", nargs="*", default=[n for n in models.MODELS if n != "gpt2_b128"])
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 0])
     ap.add_argument("--runtimes", nargs="*", default=["gir", "ort"], choices=RUNTIMES)
+    ap.add_argument("--before", metavar="CHECKOUT", help="also time GIR from this checkout (`gir-before`), "
+                    "e.g. an earlier commit unpacked with git archive")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
+    runtimes = (["gir-before"] if args.before else []) + args.runtimes
     rows = []
     for name in args.models:
+        for rt in runtimes:  # plans once (the session cache), so later processes' peak memory is a run's
+            if rt.startswith("gir"):
+                measure(name, rt, 0, 1, args.tiny, args.before)
         for threads in args.threads:
             best = {}
             for _ in range(args.rounds):
-                for runtime in args.runtimes:
-                    row = measure(name, runtime, threads, args.runs, args.tiny)
+                for runtime in runtimes:
+                    row = measure(name, runtime, threads, args.runs, args.tiny, args.before)
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     if runtime not in best or row.get("ms", float("inf")) < best[runtime].get("ms", float("inf")):
                         best[runtime] = row
             rows += best.values()
-    text = table(rows, args.runtimes)
+    text = table(rows, runtimes)
     print(text)
     if args.out:
         with open(args.out + ".json", "w") as f:
