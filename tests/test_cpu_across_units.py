@@ -43,10 +43,7 @@ def window_model(op: str, shape, kernel, group=1, out_channels=None, **attrs):
     g = helper.make_graph(nodes, "w", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
-    inferred = onnx.shape_inference.infer_shapes(model)
-    y = next(v for v in inferred.graph.value_info if v.name == "y") if model.graph.node[-1].output[0] != "y" or \
-        not inferred.graph.output[0].type.tensor_type.HasField("shape") else inferred.graph.output[0]
-    model.graph.output[0].CopyFrom(y)
+    model.graph.output[0].CopyFrom(onnx.shape_inference.infer_shapes(model).graph.output[0])  # y's shape
     return model
 
 

@@ -21,7 +21,7 @@ instructions always help a little, which is what a ranking needs.
 from __future__ import annotations
 
 from copy import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil, log2
 
 from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
@@ -223,7 +223,6 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
 def _one_lane(graph: GIRGraph):
     """A view of the graph whose target has one lane per unit (what one SIMD lane of the
     across-units form runs)."""
-    from dataclasses import replace
     view = copy(graph)
     view.target = replace(graph.target, lanes_per_unit=1)
     return view

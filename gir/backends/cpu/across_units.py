@@ -10,8 +10,9 @@ loop, every gOperator unrolled at emit time into straight-line code with constan
 indices (which the C compiler keeps in vector registers), and the part of each DRAM address
 that does not depend on the last axis hoisted out of it as a 64-bit offset, so that a slice
 that steps by one element per unit becomes a (masked) contiguous vector load or store instead
-of a gather. Measured on a depthwise 3x3 conv + SiLU of (1, 144, 56, 56) (see
-docs/ARCHITECTURE.md): the per-unit form runs at about 0.2 GB/s.
+of a gather. EfficientNet-B0's depthwise 3x3 conv + SiLU of (1, 144, 56, 56), 3.6 MB: 8.81 ms
+(0.4 GB/s) per unit, 0.67 ms (5.4 GB/s) across units, one thread (results/across_units.md,
+scripts/across_units_ab.py).
 
 The form changes only how units are enumerated and which loops are unrolled; the units'
 gOperators, slices and masks are the kernel's own, so the interpreter and the race check
@@ -132,7 +133,7 @@ class AcrossUnits:
 
     def _row_ref(self, s, i: Idx) -> str:
         name, inside = self._row_offset(s)
-        element = str(int(s.pattern[min(int(i.lanes[0]), s.size - 1)])) if i.lanes is not None else self.unravel(s, i.expr)
+        element = str(int(s.pattern[min(int(i.lanes[0]), s.size - 1)]))  # every index is a constant here
         return f"{self.names[s.buffer]}[{add_c(add_c(name, inside), element)}]"
 
     def _register(self, s, i: Idx) -> str:
@@ -197,9 +198,9 @@ class AcrossUnits:
     def _interior_bound(self, value: int, op: str, norm: Affine) -> None:
         """Record where `value op norm` holds along the last axis b (norm = rest + a*b) as a
         first (lo) or last-plus-one (hi) index of b, computed per row in C."""
-        (_, a), = norm.split({self._last})[0].terms
-        rest = affine_c(norm.split({self._last})[1])
-        x = f"{value} - ({rest})"          # the condition is a*b > x (op <) or a*b <= x (op >=)
+        along, rest = norm.split({self._last})
+        (_, a), = along.terms
+        x = f"{value} - ({affine_c(rest)})"          # the condition is a*b > x (op <) or a*b <= x (op >=)
         q = _floordiv(x, abs(a))
         if op == "<":
             e, side = (f"{q} + 1", "lo") if a > 0 else (f"-({q})", "hi")
