@@ -20,6 +20,7 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
+from gir.backends.registry import HOST_TARGET
 from gir.frontend import BasicGraph, load, static_inputs
 from gir.frontend.external_data import refuse_unresolved
 
@@ -27,7 +28,7 @@ Runner = Callable[[dict], dict]
 Compiler = Callable[[BasicGraph], Runner]
 
 
-def session_compiler(target: str = "cpu", engine: str = "native", limit: int = 1) -> Compiler:
+def session_compiler(target: str = HOST_TARGET, engine: str = "native", limit: int = 1) -> Compiler:
     """Plan for `target` (`limit` parallel structures tried per group) and run on `engine`."""
     def compile_graph(graph: BasicGraph) -> Runner:
         from gir.runtime import Session

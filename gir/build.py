@@ -1,5 +1,5 @@
-"""Emit and compile every fused kernel of a plan for its target's backend (NVRTC, hiprtc, cc),
-one step after another or in `jobs` worker processes.
+"""Emit and compile every fused kernel of a plan with its target's registered compiler
+(gir/backends/registry.py), one step after another or in `jobs` worker processes.
 
 Why processes and not threads: NVRTC and hiprtc release the GIL, but emitting the source is
 Python and holds it (a quarter of a BERT-base build), so only processes scale both. The
@@ -9,15 +9,12 @@ every worker reads and writes safely.
 """
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from gir.backends.kernels import GATHER_FLAG
-
-SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip", "cpu": ".c"}  # the backends `gir compile` builds
-_COMPILE = {"cuda": "gir.backends.cuda.emitter", "hip": "gir.backends.hip.emitter", "cpu": "gir.backends.cpu.compiler"}
+from gir.backends.registry import compiler
 
 @dataclass
 class BuiltStep:
@@ -29,7 +26,12 @@ class BuiltStep:
 
 def toolchain_version(target) -> str:
     """The version of the compiler that builds the target's kernels (a cache key part)."""
-    return importlib.import_module(f"gir.backends.{target.backend}.compiler").toolchain_version()
+    return compiler(target).toolchain_version()
+
+
+def source_suffix(target) -> str:
+    """The file suffix of the target's kernel sources in `gir compile` outputs (".cu", ".c")."""
+    return compiler(target).suffix
 
 
 def build_steps(plan, jobs: int = 1, on_built=None) -> list[BuiltStep]:
@@ -70,7 +72,7 @@ def _build_forked(index: int) -> BuiltStep:
 
 
 def _registers(compiled, name: str) -> dict:
-    """The compiler's register count of one kernel, where it reports one (CUDA, HIP)."""
+    """The compiler's register count of one kernel, where it reports one (the GPU compilers)."""
     res = getattr(getattr(compiled, "binary", None), "resources", {}).get(name)
     return {"registers": res.registers} if res is not None else {}
 
@@ -89,14 +91,10 @@ def _compiled_estimate(graph, compiled) -> dict:
 
 def _build_step(plan, index: int) -> BuiltStep:
     graph, target = plan.steps[index].graph, plan.target
-    compiled = importlib.import_module(_COMPILE[target.backend]).compile(graph, target)
-    if target.backend == "cuda":
-        binaries = {".ptx": compiled.binary.ptx.encode(), ".cubin": compiled.binary.cubin}
-    elif target.backend == "hip":
-        binaries = {f".{target.arch}.co": compiled.binary.code}
-    else:
-        binaries = {}
-    flag = [{"flag": GATHER_FLAG, "dtype": "int32", "elements": 1, "written": True}] if target.backend != "cpu" else []
+    built_by = compiler(target)
+    compiled = built_by.compile(graph, target)
+    binaries = built_by.binaries(compiled, target)
+    flag = [{"flag": GATHER_FLAG, "dtype": "int32", "elements": 1, "written": True}] if built_by.flag_parameter else []
     compiled_model = _compiled_estimate(graph, compiled)
     launches = [{"kernel": k.name, "grid": [k.num_blocks], "block": [k.block_threads], "shared_bytes": k.shared_bytes,
                  **compiled_model, **_registers(compiled, k.name),

@@ -26,15 +26,17 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-KINDS = {
+CORE_KINDS = {
     "model": "whole `gir compile` outputs, by model file, target and options",
     "plan": "searched and rewritten fused kernels, by group structure and target",
     "session": "whole plans of gir.Session (graph, kernels, memory plan), by model bytes and target",
-    "cuda": "NVRTC PTX and cubin, by source and architecture",
-    "hip": "hiprtc code objects, by source and architecture",
-    "native": "shared libraries of the CPU backend and of the CPU harness, by source",
-    "calibration": "measured constants of this CPU (`gir calibrate`), by CPU model and flags",
 }
+
+
+def kinds() -> dict[str, str]:
+    """Every kind of entry: GIR's own, then those each registered backend's toolchain stores."""
+    from gir.backends.registry import cache_kinds
+    return {**CORE_KINDS, **cache_kinds()}
 _MAGIC = b"GIRCACHE1\n"
 
 
@@ -47,8 +49,8 @@ def cache_root() -> Path:
 
 def cache_dir(kind: str) -> Path:
     """The folder of one kind of entry, created if missing."""
-    if kind not in KINDS:
-        raise KeyError(f"unknown cache kind {kind!r} (known: {', '.join(KINDS)})")
+    if kind not in CORE_KINDS and kind not in (known := kinds()):
+        raise KeyError(f"unknown cache kind {kind!r} (known: {', '.join(known)})")
     folder = cache_root() / kind
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -256,7 +258,7 @@ def info() -> dict[str, dict]:
     """Per kind: entries, bytes and folder (what `gir cache info` prints)."""
     root = cache_root()
     out = {}
-    for kind in KINDS:
+    for kind in kinds():
         files = [p for p in (root / kind).glob("*") if p.is_file() and not p.name.startswith(".tmp-")]
         out[kind] = {"entries": len(files), "bytes": sum(p.stat().st_size for p in files), "folder": str(root / kind)}
     return out

@@ -30,7 +30,7 @@ class CliError(Exception):
 def _target(name: str):
     from gir.ir import get_target
     try:
-        with _backend_errors():  # a target described by its device ("opencl") needs that toolchain
+        with _backend_errors():  # a target described by the device it finds needs that toolchain
             return get_target(name)
     except KeyError as err:
         raise CliError(str(err.args[0])) from None
@@ -113,15 +113,20 @@ def _backend_errors():
 
 
 def cmd_targets(args) -> int:
-    """Every target `--target` takes. A described target (opencl) is listed without opening its
-    device: its figures are queried from the device when a command uses it."""
-    from gir.ir.target import ALIASES, DESCRIBED, PRESETS, local_cpu
-    names = {v: k for k, v in ALIASES.items()}
+    """Every target `--target` takes, as the backends registered them (gir/backends/registry.py).
+    A target described by its device is listed without opening the device: its figures are
+    queried when a command uses it."""
+    from gir.backends.registry import entries
     print(f"{'target':<12} {'name':<8} {'unit':<10} {'lanes':>5} {'units/blk':>9} {'DRAM GB/s':>10} {'fp32 TFLOP/s':>12} {'ridge':>6}")
-    for key, t in [*PRESETS.items(), ("cpu", local_cpu())]:
-        print(f"{names.get(key, key):<12} {t.name:<8} {t.hierarchy[-2]:<10} {t.lanes_per_unit:>5} {t.max_units_per_block:>9} "
+    described = []
+    for _, entry in entries():
+        if entry.on_device:
+            described.append(entry.name)
+            continue
+        t = entry.describe()
+        print(f"{entry.name:<12} {t.name:<8} {t.hierarchy[-2]:<10} {t.lanes_per_unit:>5} {t.max_units_per_block:>9} "
               f"{t.dram_bandwidth / 1e9:>10.0f} {t.peak_flops / 1e12:>12.1f} {t.ridge_point():>6.1f}")
-    for key in DESCRIBED:
+    for key in described:
         print(f"{key:<12} described by the device found when used ($GIR_{key.upper()}_DEVICE picks one by name)")
     return EXIT_OK
 
@@ -255,8 +260,8 @@ def _write_npz(path: str, outputs: dict) -> None:
 
 
 def _engine(args, target) -> str:
-    """The engine `gir run` uses: the target's native one, or the interpreter where the target
-    has none (opencl), said on stderr."""
+    """The engine `gir run` uses: the target's native one, or the interpreter where its backend
+    registers none, said on stderr."""
     from gir.runtime.session import has_native_engine
     if args.engine == "native" and not has_native_engine(target):
         if not args.quiet:
@@ -264,6 +269,16 @@ def _engine(args, target) -> str:
                   f"in the interpreter engine", file=sys.stderr)
         return "interpreter"
     return args.engine
+
+
+def _profiles(target) -> bool:
+    """Whether the target's backend registers an engine that can time each step alone."""
+    from gir.backends.registry import BackendError, for_target
+    try:
+        engine = for_target(target).engine
+    except BackendError:
+        return False
+    return bool(engine and engine.profiles)
 
 
 def _latency(session, feeds, repeat: int) -> str:
@@ -286,17 +301,17 @@ def _cached_graph(args, shapes: dict):
 
 
 def cmd_run(args) -> int:
-    """Runs through gir.Session: the target's own kernels (C + OpenMP on `cpu`, CUDA or HIP on
-    a GPU) or, with `--engine interpreter` (and on targets with no native engine: opencl), the
-    reference interpreter on any machine."""
+    """Runs through gir.Session: the target's own kernels through its backend's engine or, with
+    `--engine interpreter` (and on backends that register no engine), the reference
+    interpreter on any machine."""
     from gir.backends.errors import NoDeviceError
     from gir.runtime import Session
     from gir.runtime.indices import GatherIndexError
     from gir.runtime.session import SessionError
     if args.output is not None and not args.output.strip():
         raise CliError("-o needs a file name, not an empty string")
-    if args.profile and (args.engine != "native" or _target(args.target).backend != "cpu"):
-        raise CliError("--profile times the native engine's kernels on the cpu target "
+    if args.profile and (args.engine != "native" or not _profiles(_target(args.target))):
+        raise CliError(f"--profile times the kernels of a native engine that can time its steps alone "
                        f"(not --target {args.target} --engine {args.engine})")
     shapes = _shapes(args)
     graph = _cached_graph(args, shapes) or _load(args.model, shapes)
@@ -359,7 +374,8 @@ def _size(n: int) -> str:
 def cmd_compile(args) -> int:
     """A model compiled before with the same target, options, compilers and GIR version is
     written from the compile cache; otherwise it is loaded, planned and built, and cached."""
-    from gir.build import SOURCE_SUFFIX, toolchain_version
+    from gir.backends.registry import BackendError, compiler
+    from gir.build import toolchain_version
     from gir.cache import Store, cache_root, gir_version
     from gir.compile_outputs import compile_outputs
     from gir.frontend import FrontendError
@@ -367,8 +383,10 @@ def cmd_compile(args) -> int:
     if not args.output.strip():
         raise CliError("-o needs a folder name, not an empty string")
     target = _target(args.target)
-    if target.backend not in SOURCE_SUFFIX:
-        raise CliError(f"gir compile does not build {target.backend} kernels yet (explain and run plan for it)")
+    try:
+        compiler(target)
+    except BackendError as err:
+        raise CliError(str(err)) from None
     with _backend_errors():
         store = Store("model", gir_version(), repr(target), args.limit, toolchain_version(target))
     start = time.perf_counter()
@@ -414,15 +432,15 @@ def cmd_compile(args) -> int:
 
 
 def cmd_cache_info(args) -> int:
-    from gir.cache import KINDS, cache_root, gir_version, info
-    data = info()
+    from gir.cache import cache_root, gir_version, info, kinds
+    data, what = info(), kinds()
     if args.json:
         print(json.dumps({"root": str(cache_root()), "gir_version": gir_version(), "kinds": data}, indent=1))
         return EXIT_OK
     print(f"compile cache {cache_root()} (GIR {gir_version()}; set GIR_CACHE_DIR to move it)")
     print(f"{'kind':<8} {'entries':>8} {'MB':>9}  holds")
     for kind, d in data.items():
-        print(f"{kind:<8} {d['entries']:>8} {d['bytes'] / 1e6:>9.2f}  {KINDS[kind]}")
+        print(f"{kind:<8} {d['entries']:>8} {d['bytes'] / 1e6:>9.2f}  {what[kind]}")
     print(f"{'total':<8} {sum(d['entries'] for d in data.values()):>8} {sum(d['bytes'] for d in data.values()) / 1e6:>9.2f}")
     return EXIT_OK
 
@@ -462,8 +480,10 @@ def cmd_port_new(args) -> int:
     except ScaffoldError as err:
         raise CliError(str(err)) from None
     spec = args.name if not args.dir else str(folder)
+    found = "" if not args.dir else (f"\n`gir` finds it with GIR_BACKEND_PATH={folder.parent} (or an entry point of "
+                                     f"group gir.backends)")
     print(f"wrote {folder}: write the TODO(port) places (docs/PORTING.md), then check it with\n"
-          f"  python3 -m pytest tests/conformance --backend {spec}")
+          f"  python3 -m pytest tests/conformance --backend {spec}{found}")
     return EXIT_OK
 
 
@@ -489,14 +509,15 @@ _jobs = _at_least("--jobs", 1, "processes")
 
 
 def parser() -> argparse.ArgumentParser:
+    from gir.backends.registry import HOST_TARGET, PLAN_TARGET
     ap = _Parser(prog="gir", description="Fuse the memory-intensive part of an ONNX model into GIR kernels.")
     ap.add_argument("--version", action="version", version=f"gir {_release()}")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("targets", help="list hardware targets").set_defaults(fn=cmd_targets)
 
-    def common(p, target="cuda:sm_90"):
+    def common(p, target=PLAN_TARGET):
         p.add_argument("model", help="ONNX file")
-        p.add_argument("--target", default=target, help="cuda:sm_90, cuda:sm_80, hip:gfx908, hip:gfx90a or cpu")
+        p.add_argument("--target", default=target, help=f"a target name (`gir targets` lists them; default {target})")
         p.add_argument("--limit", type=_at_least("--limit", 1, "structures"), default=4,
                        help="parallel structures searched per fused group (>= 1)")
         p.add_argument("--shape", action="append", type=_shape, metavar="NAME=DIMS",
@@ -512,7 +533,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=cmd_explain)
     p = sub.add_parser("run", help="run the model through gir.Session on inputs")
-    common(p, "cpu")
+    common(p, HOST_TARGET)
     p.add_argument("--engine", choices=("native", "interpreter"), default="native",
                    help="native: the target's compiled kernels (default); interpreter: the reference interpreter")
     p.add_argument("--inputs", help=".npz with one array per model input (default: seeded random)")
@@ -520,7 +541,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=_at_least("--repeat", 1, "runs"), default=0,
                    help="run N more times and print the latency (median, min)")
     p.add_argument("--profile", action="store_true",
-                   help="cpu: time each kernel and library op alone (median of --repeat runs, default 20) and print "
+                   help="host engines: time each kernel and library op alone (median of --repeat runs, default 20) and print "
                         "its GB/s against this machine's copy bandwidth")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("compile", help="emit and compile every kernel; write plan.json and the report")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from gir.build import SOURCE_SUFFIX, build_steps
+from gir.build import build_steps, source_suffix
 from gir.ir import to_dot, to_text
 from gir.report import report_files
 
@@ -17,6 +17,7 @@ from gir.report import report_files
 def compile_outputs(graph, result, explain: dict, jobs: int = 1, on_built=None) -> dict[str, bytes]:
     """`graph`: the loaded model; `result`: its plan; `explain`: what `gir explain --json` prints."""
     target = result.target
+    suffix = source_suffix(target)
     built = {b.index: b for b in build_steps(result, jobs, on_built)}
     files, steps = {}, []
     for i, step in enumerate(result.steps):
@@ -24,7 +25,7 @@ def compile_outputs(graph, result, explain: dict, jobs: int = 1, on_built=None) 
             steps.append({"kind": "library", "op": step.kind, "name": step.name, "inputs": step.inputs,
                           "outputs": step.outputs})
             continue
-        stem, source = f"kernels/k{i:03d}", f"kernels/k{i:03d}{SOURCE_SUFFIX[target.backend]}"
+        stem, source = f"kernels/k{i:03d}", f"kernels/k{i:03d}{suffix}"
         files[stem + ".gir.txt"] = (to_text(step.graph) + "\n").encode()
         files[stem + ".dot"] = (to_dot(step.graph) + "\n").encode()
         files[source] = built[i].source.encode()

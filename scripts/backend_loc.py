@@ -1,8 +1,11 @@
 """Lines of code per backend: how much a port costs (the paper: under 1,000 lines).
 
 Counts the Python lines that are not blank, not comments and not docstrings (emitted C held in
-Python strings, such as a prelude, counts), per backend folder under gir/backends, and the
-shared modules every backend builds on separately. Prints a Markdown table:
+Python strings, such as a prelude, counts), per registered backend folder under gir/backends,
+and the shared modules every backend builds on separately. What a port may skip is counted apart
+from the port proper (OPTIONAL files): its own plan engine (how a whole plan runs with its
+memory resident; the shared step engine runs a plan otherwise) and a calibration that
+measures the machine (nominal figures otherwise). Prints Markdown tables:
 
     python scripts/backend_loc.py
 """
@@ -14,8 +17,24 @@ import sys
 import tokenize
 from pathlib import Path
 
-BACKENDS = Path(__file__).resolve().parent.parent / "gir" / "backends"
-PORTS = ("cuda", "hip", "cpu", "opencl")
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ROOT / "gir" / "backends"
+OPTIONAL = ("engine.py", "calibration.py")  # a backend's own plan engine and machine measurement
+
+
+def ports() -> list[str]:
+    """The backends registered from folders under gir/backends (gir/backends/registry.py)."""
+    sys.path.insert(0, str(ROOT))
+    from gir.backends.registry import backends
+    return [b.name for b in backends().values() if (BACKENDS / b.name / "__init__.py").is_file()]
+
+
+def split(name: str) -> tuple[list[Path], list[Path]]:
+    """(port files, optional files) of one backend folder."""
+    files = sorted((BACKENDS / name).glob("*.py"))
+    return [f for f in files if f.name not in OPTIONAL], [f for f in files if f.name in OPTIONAL]
+
+
 SHARED = {
     "cstyle.py": "the C-like emitter every dialect subclasses",
     "kernels.py": "kernel formation, resource checks, DRAM buffers",
@@ -23,6 +42,9 @@ SHARED = {
     "native_cache.py": "cached native builds (CPU port, harness)",
     "errors.py": "toolchain errors",
     "port.py": "the backend interface, backend loading",
+    "registry.py": "backend registration and discovery, lookup by target name",
+    "device_engine.py": "the plan engine every GPU backend shares (launcher + memory)",
+    "step_engine.py": "the plan engine a port gets for free (its own run per step)",
     "scaffold.py": "`gir port new`",
 }
 
@@ -45,10 +67,13 @@ def code_lines(path: Path) -> int:
 
 
 def main() -> int:
-    print("| backend | files | lines |\n| --- | --- | ---: |")
-    for name in PORTS:
-        files = sorted((BACKENDS / name).glob("*.py"))
-        print(f"| {name} | {', '.join(f.name for f in files)} | {sum(code_lines(f) for f in files)} |")
+    print("| backend | port files | port lines | optional files (own engine, calibration) | lines | total |\n"
+          "| --- | --- | ---: | --- | ---: | ---: |")
+    for name in ports():
+        port, optional = split(name)
+        a, b = sum(map(code_lines, port)), sum(map(code_lines, optional))
+        print(f"| {name} | {', '.join(f.name for f in port)} | {a} | {', '.join(f.name for f in optional) or '-'} | {b} "
+              f"| {a + b} |")
     print("\n| shared by every backend | what | lines |\n| --- | --- | ---: |")
     for file, what in SHARED.items():
         print(f"| {file} | {what} | {code_lines(BACKENDS / file)} |")

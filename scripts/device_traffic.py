@@ -20,7 +20,8 @@ from gir.cache import Store, gir_version
 from gir.frontend import load
 from gir.frontend.basic import BasicOp
 from gir.ir import get_target
-from gir.runtime import Session, device
+from gir.backends import device_engine as device
+from gir.runtime import Session
 
 
 def _mb(n: int) -> str:

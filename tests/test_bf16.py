@@ -18,7 +18,7 @@ from gir.backends.errors import ToolchainMissingError
 from gir.backends.harness.recording import RecordingLauncher, harness_toolchain
 from gir.frontend import load, run_reference
 from gir.ir.dtypes import accumulator, is_float, itemsize, np_dtype
-from gir.runtime import device
+from gir.backends import device_engine as device
 from gir.runtime.session import SessionError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

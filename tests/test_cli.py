@@ -60,7 +60,7 @@ def test_run_engines_and_a_gpu_target_without_a_gpu(capsys, tmp_path):
     for name, value in np.load(tmp_path / "i.npz").items():
         np.testing.assert_allclose(np.load(tmp_path / "n.npz")[name], value, rtol=1e-5, atol=1e-5)
     from gir.backends.errors import NoDeviceError
-    from gir.runtime.device import open_launcher
+    from gir.backends.device_engine import open_launcher
     try:
         open_launcher("cuda")
         pytest.skip("a CUDA device is here, so the no-device error cannot be shown")

@@ -1,4 +1,4 @@
-"""The GPU runtime stays on the device (gir/runtime/device.py), checked without a GPU through
+"""The GPU runtime stays on the device (gir/backends/device_engine.py), checked without a GPU through
 the recording stand-in (gir/backends/harness/recording.py): kernels run on the CPU harness,
 GEMMs in numpy with cuBLAS's column-major conventions, every copy, launch, GEMM and sync
 recorded. A run must copy exactly the feeds in and the outputs out, wait once, and move no
@@ -17,7 +17,7 @@ from gir.backends.blas import Gemm, check_gemm, reference_gemm, row_major_matmul
 from gir.backends.errors import LibraryUnavailable, NoDeviceError
 from gir.backends.harness.recording import CaptureError, RecordingLauncher, harness_toolchain
 from gir.frontend.basic import BasicOp
-from gir.runtime import device
+from gir.backends import device_engine as device
 from gir.runtime import session as session_module
 
 REL = 1e-4

@@ -334,7 +334,7 @@ def test_emitted_cuda_runs_right_on_the_cpu_harness(monkeypatch):
     from test_session import HarnessLauncher
 
     from gir.backends.cuda.emitter import CudaEmitter
-    from gir.runtime import device
+    from gir.backends import device_engine as device
 
     launcher = HarnessLauncher()
     monkeypatch.setattr(device, "open_launcher", lambda backend: launcher)

@@ -44,7 +44,7 @@ def test_port_new_refuses_bad_and_taken_names(argv, message, capsys):
 
 def test_backends_load_by_name_or_path_and_misses_are_one_line(tmp_path):
     assert load_backend("opencl").__name__ == "gir.backends.opencl"
-    with pytest.raises(BackendError, match=r"^no backend 'nosuch': not a folder under gir/backends/"):
+    with pytest.raises(BackendError, match=r"^no backend 'nosuch': not registered \(cpu, cuda, hip, opencl\), not a folder under gir/backends/"):
         load_backend("nosuch")
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "__init__.py").write_text("def describe():\n    pass\n")
@@ -64,6 +64,7 @@ def test_every_backend_stays_well_under_1000_lines(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text('"""Docstring,\ntwo lines."""\n\n# a comment\nx = 1  # counted\ny = """a\nb"""\n')
     assert loc.code_lines(sample) == 3  # x, and both lines of y's string: code, not a docstring
-    for name in loc.PORTS:
-        lines = sum(loc.code_lines(f) for f in (loc.BACKENDS / name).glob("*.py"))
-        assert 50 < lines < 500, f"{name}: {lines} lines"
+    for name in loc.ports():
+        port, optional = (sum(map(loc.code_lines, files)) for files in loc.split(name))
+        assert 50 < port < 500, f"{name}: {port} lines"
+        assert port + optional < 1000, f"{name} with its own plan engine and calibration: {port + optional} lines"

@@ -15,7 +15,8 @@ from gir.backends.cuda.emitter import CudaEmitter
 from gir.backends.errors import NoDeviceError
 from gir.backends.harness.recording import RecordingLauncher
 from gir.frontend.basic import BasicOp
-from gir.runtime import SessionError, device
+from gir.backends import device_engine as device
+from gir.runtime import SessionError
 
 
 def ort_outputs(model, feeds):

@@ -12,7 +12,7 @@ from gir.backends.harness.recording import RecordingLauncher, harness_toolchain
 from gir.frontend.loader import load
 from gir.fusion.plan import plan
 from gir.ir import get_target
-from gir.runtime import device
+from gir.backends import device_engine as device
 
 from test_cpu_across_units import window_model
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gir.frontend.basic import BasicOp
 from gir.ir import DEVICE, DRAM, SHARED, GIRGraph, Sync
 from gir.ir.affine import ParallelPrimitive
 from gir.ir.dtypes import np_dtype, np_is_float
@@ -258,22 +258,16 @@ def collect_outputs(graph: GIRGraph, arrays: dict) -> dict:
     return {b.name: arrays[b.name].reshape(b.shape or (b.size,)).copy() for b in graph.role_buffers("output")}
 
 
-def lowering_check(target) -> Callable[[GIRGraph], str | None]:
-    """`check(graph)`: None when the target's emitter lowers every kernel of the graph, else why
-    not. The IR allows any read after a unit sync; an emitter shuffles only regular cross-lane
-    patterns, so the planner asks before it keeps a fused structure. A backend that cannot be
-    loaded (a port in progress) is not asked."""
-    from .port import BackendError, load_backend
-    try:
-        emitter = load_backend(target.backend).Emitter(target)
-    except BackendError:
-        return lambda graph: None
-
-    def check(graph: GIRGraph) -> str | None:
-        try:
-            for k in split_kernels(graph):
-                emitter.kernel_source(k)
-        except EmitError as err:
-            return str(err)
-        return None
-    return check
+def emit_plan(emitter, plan) -> tuple[str, list]:
+    """One translation unit with every kernel of the plan, and the launches in plan order:
+    library ops as BasicOps, kernels as (step index, Kernel) with names unique in the plan."""
+    sources, launches = [emitter.prelude()], []
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, BasicOp):
+            launches.append(step)
+            continue
+        for k in split_kernels(step.graph):
+            k = replace(k, name=f"s{i}_{k.name}")
+            sources.append(emitter.kernel_source(k))
+            launches.append((i, k))
+    return "\n".join(sources), launches

@@ -1,6 +1,7 @@
 """What a backend is, for the porting kit: a package (a folder under gir/backends/, or any
-folder) whose __init__ exposes the four names of INTERFACE. The conformance suite
-(tests/conformance, `pytest --backend NAME`) and `gir port new` both hold backends to it.
+folder) whose __init__ exposes the four names of INTERFACE and registers the backend
+(registry.py). The conformance suite (tests/conformance, `pytest --backend NAME`) and
+`gir port new` both hold backends to it.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-BUILTIN = ("cpu", "cuda", "hip", "opencl")
+from .registry import BackendError
+
 INTERFACE = {
     "Emitter": "the emitter dialect: a subclass of gir.backends.cstyle.CStyle",
     "describe": "describe() -> Target: the hardware description",
@@ -19,23 +21,34 @@ INTERFACE = {
 }
 
 
-class BackendError(ValueError):
-    """A backend cannot be found or lacks part of INTERFACE; the message is one line."""
+def __getattr__(name: str):
+    """`BUILTIN`: the backends registered from folders under gir/backends/."""
+    if name == "BUILTIN":
+        return builtin()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def builtin() -> tuple[str, ...]:
+    from .registry import backends
+    return tuple(b.name for b in backends().values() if b.module.startswith("gir.backends."))
 
 
 def load_backend(spec: str) -> ModuleType:
-    """A backend by folder name under gir/backends ("opencl") or by path to its folder."""
+    """A backend by its registered name (a folder under gir/backends, one on $GIR_BACKEND_PATH,
+    an entry point) or by path to its folder."""
+    from .registry import backends
     path = Path(spec)
     if path.is_dir():
         module = _import_folder(path.resolve())
     elif spec.isidentifier():
+        registered = backends().get(spec)
         try:
-            module = importlib.import_module(f"gir.backends.{spec}")
+            module = importlib.import_module(registered.module if registered else f"gir.backends.{spec}")
         except ModuleNotFoundError as err:
             if err.name != f"gir.backends.{spec}":
                 raise
-            raise BackendError(f"no backend {spec!r}: not a folder under gir/backends/ ({', '.join(BUILTIN)}) "
-                               f"nor a path to one") from None
+            raise BackendError(f"no backend {spec!r}: not registered ({', '.join(backends())}), not a folder "
+                               f"under gir/backends/ nor a path to one") from None
     else:
         raise BackendError(f"no backend {spec!r}: not a folder")
     missing = [name for name in INTERFACE if not hasattr(module, name)]

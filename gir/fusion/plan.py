@@ -23,7 +23,7 @@ from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
 from gir.ir.vector_access import wide_share
-from gir.backends.kernels import lowering_check
+from gir.backends.registry import lowering_check
 from gir.rewrite import Step, optimize
 from gir.templates import shape_only
 

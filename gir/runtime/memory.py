@@ -78,3 +78,21 @@ def plan_memory(plan) -> MemoryPlan:
     tensors = {t: o for t, o in offsets.items() if isinstance(t, str)}
     scratch = {t: o for t, o in offsets.items() if not isinstance(t, str)}
     return MemoryPlan(tensors, scratch, arena, sum(size.values()))
+
+
+def locate(plan, memory: MemoryPlan, step: int, buf) -> tuple[str, object]:
+    """Where a kernel's DRAM parameter lives: ("arena", byte offset), ("const", tensor), or
+    ("run", tensor) for an input or output bound at each run."""
+    if buf.role == "temp":
+        return "arena", memory.scratch[step, buf.name]
+    name = plan.aliases.get(buf.name, buf.name)
+    if name in memory.offsets:
+        return "arena", memory.offsets[name]
+    return ("const" if plan.graph.tensors[name].value is not None else "run"), name
+
+
+def output_roots(plan) -> set[str]:
+    """Tensors the outputs are stored in that a run allocates (not inputs or constants)."""
+    g = plan.graph
+    roots = {plan.aliases.get(n, n) for n in g.outputs}
+    return {r for r in roots if r not in g.inputs and g.tensors[r].value is None}

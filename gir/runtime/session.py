@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gir.backends.registry import HOST_TARGET
 from gir.frontend import BasicGraph, load
 from gir.fusion.plan import plan
 from gir.ir import get_target
@@ -45,25 +46,29 @@ class _InterpreterEngine:
         return {n: v.copy() for n, v in execute(self.plan, feeds, memory=self.memory).items()}
 
 
+def _native_engine(target):
+    """The Engine the target's backend registers (gir/backends/registry.py), or None."""
+    from gir.backends.registry import BackendError, for_target
+    try:
+        return for_target(target).engine
+    except BackendError:
+        return None
+
+
 def has_native_engine(target) -> bool:
-    """Whether `engine="native"` can run this target's kernels (the CPU, CUDA and HIP do;
-    opencl is planned and emitted but runs in the interpreter)."""
-    from .device import BACKENDS
-    return target.backend == "cpu" or target.backend in BACKENDS
+    """Whether `engine="native"` can run this target's kernels: its backend registers an engine."""
+    return _native_engine(target) is not None
 
 
 def _engine_factory(name: str, target, model: str):
-    """`fn(plan, memory) -> engine`; a GPU engine opens its device here, before any planning."""
+    """`fn(plan, memory, **options) -> engine`; a device engine opens its device here, before
+    any planning."""
     if name == "interpreter":
-        return _InterpreterEngine
-    if target.backend == "cpu":
-        from .native import NativeCpuEngine
-        return NativeCpuEngine
-    from .device import BACKENDS, DeviceEngine, open_launcher
-    if target.backend not in BACKENDS:
+        return lambda plan, memory, **options: _InterpreterEngine(plan, memory)
+    engine = _native_engine(target)
+    if engine is None:
         raise SessionError(f"{model}: no native engine for {target.name} ({target.backend}); engine='interpreter' runs it")
-    launcher = open_launcher(target.backend)
-    return lambda plan, memory: DeviceEngine(plan, memory, launcher)
+    return engine.open(target, model)
 
 
 def _session_cache(model, input_shapes, target, limit, plan_cache):
@@ -107,11 +112,11 @@ def cached_graph(model, input_shapes, target, limit, plan_cache) -> BasicGraph |
 
 
 class Session:
-    """Session(path_or_ModelProto, target="cpu").run(output_names, feeds), as onnxruntime's
+    """Session(path_or_ModelProto, target=HOST_TARGET).run(output_names, feeds), as onnxruntime's
     InferenceSession (a BasicGraph already loaded is accepted too). Kernels are compiled when
-    the session is created. Engines: "native" (the target's own code: C + OpenMP on the CPU,
-    CUDA or HIP on a GPU, NoDeviceError where there is none) or "interpreter" (the reference
-    interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse.
+    the session is created. Engines: "native" (the engine the target's backend registers: its
+    own code on its device, NoDeviceError where there is none) or "interpreter" (the
+    reference interpreter, on any machine). `memory.peak_bytes`: the arena of intermediates, with reuse.
     `plan_cache`: a gir.cache.Store of searched kernels (the CLI passes the persistent one); with
     it, a model file or ModelProto planned before is read back whole (`cached` says so).
     `input_shapes`: binds symbolic dims, {input name: shape} and/or {dim_param: size}
@@ -119,7 +124,7 @@ class Session:
     (matmul, conv): None for oneDNN where installed (numpy otherwise), "numpy" to force numpy;
     `library_path` says which it uses ("onednn 3.2.0", "numpy", or both with counts)."""
 
-    def __init__(self, model, target: str = "cpu", engine: str = "native", limit: int = 2, progress=None,
+    def __init__(self, model, target: str = HOST_TARGET, engine: str = "native", limit: int = 2, progress=None,
                  plan_cache=None, input_shapes: dict | None = None, library: str | None = None):
         if isinstance(model, BasicGraph) and input_shapes:
             raise SessionError(f"{model.model_name}: input_shapes binds dims when a model is loaded; this graph "
@@ -149,10 +154,7 @@ class Session:
             self.memory = plan_memory(self.plan)
             layouts = {}
         self.cached = cached is not None
-        if engine == "native" and self.target.backend == "cpu":
-            self.engine = make_engine(self.plan, self.memory, library=library, layouts=layouts)
-        else:
-            self.engine = make_engine(self.plan, self.memory)
+        self.engine = make_engine(self.plan, self.memory, library=library, layouts=layouts)
         if sessions is not None and (cached is None or getattr(self.engine, "layouts", {}) != layouts):
             # with the layouts the CPU engine timed for its convs (not timed again)
             sessions[key] = (self.graph, self.plan, self.memory, dict(getattr(self.engine, "layouts", {})))

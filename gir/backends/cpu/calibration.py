@@ -72,7 +72,7 @@ class Calibration:
 
     @property
     def timing(self) -> Timing:
-        from gir.ir.target import CPU_NOMINAL_TIMING
+        from .target import CPU_NOMINAL_TIMING
         return replace(CPU_NOMINAL_TIMING, issue_per_clock=self.issue_per_s / CPU_NOMINAL_TIMING.clock_hz,
                        unit_bandwidth=self.unit_bandwidth, dependent_cycles=self.dependent_cycles,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
@@ -172,7 +172,7 @@ def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:
     from gir.backends.kernels import split_kernels
     from gir.frontend import load
     from gir.fusion.perf import _program
-    from gir.ir.target import CPU_NOMINAL_TIMING, local_cpu
+    from .target import CPU_NOMINAL_TIMING, local_cpu
     from gir.rewrite import optimize
     from gir.templates import candidates
     n = 1 << 20  # long enough that the parallel loop's launch is a small share of the time

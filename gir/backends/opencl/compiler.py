@@ -28,6 +28,12 @@ class BuildError(CompileError):
         self.args = (f"{what}: compilation for {target} failed: {first}\n{log.rstrip()}",)
 
 
+def toolchain_version() -> str:
+    """pyopencl, the driver and the device: part of the model cache's key."""
+    dev = device()
+    return f"pyopencl {cl().VERSION_TEXT}; {dev.platform.name.strip()} {dev.driver_version}; {dev.name}"
+
+
 def build(source: str, name: str = "gir"):
     """A built pyopencl Program of the source (every kernel in it) for device()."""
     pyopencl = cl()

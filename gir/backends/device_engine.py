@@ -1,4 +1,5 @@
-"""The GPU engine (targets cuda and hip): everything stays on the device.
+"""The device engine every GPU backend shares (each registers a DeviceEngineSpec: its launcher,
+emitter, compiler and Python extra): everything stays on the device.
 
 When the Session is created: the plan's kernels (and one im2col kernel per convolution that
 needs one) are compiled into one module (NVRTC, hiprtc); the arena of intermediates, the
@@ -31,25 +32,55 @@ from math import prod
 
 import numpy as np
 
-from gir.backends.blas import DTYPES, row_major_matmul
-from gir.backends.errors import LibraryUnavailable
-from gir.backends.kernels import check_resources, check_shared
-from gir.backends.launcher_base import DeviceBuffer, Launcher
+from dataclasses import dataclass
+from typing import Callable
+
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
+from gir.runtime.indices import GatherIndexError, gather_origins
+from gir.runtime.memory import MemoryPlan, locate, output_roots
 
-from .indices import GatherIndexError, gather_origins
-from .memory import MemoryPlan
-from .native import emit_plan, locate, output_roots
+from .blas import DTYPES, row_major_matmul
+from .errors import LibraryUnavailable
+from .kernels import check_resources, check_shared, emit_plan
+from .launcher_base import DeviceBuffer, Launcher
+from .registry import Engine, backend as registered
 
-BACKENDS = ("cuda", "hip")
-EXTRAS = {"cuda": ("gir[cuda]", ("nvmath", "cuda.bindings")), "hip": ("gir[rocm]", ("hip",))}
 IM2COL_THREADS = 256
+
+
+@dataclass(frozen=True)
+class DeviceEngineSpec(Engine):
+    """What a GPU backend gives the shared device engine: its runtime extra (pip name, modules
+    it must import), `launcher()` -> Launcher (NoDeviceError without a device) and
+    `toolchain()` -> (emitter class, compile(source, arch) -> binary with `.resources`, static
+    shared-memory limit or None). Both are called late, so registering imports no driver."""
+    extra: tuple = ("", ())
+    launcher: Callable = None
+    toolchain: Callable = None
+
+
+def device_engine(extra: tuple, launcher: Callable, toolchain: Callable) -> DeviceEngineSpec:
+    """The Engine a GPU backend registers."""
+    return DeviceEngineSpec(open=open_engine, extra=extra, launcher=launcher, toolchain=toolchain)
+
+
+def _spec(backend: str) -> DeviceEngineSpec:
+    spec = registered(backend).engine
+    if not isinstance(spec, DeviceEngineSpec):
+        raise LibraryUnavailable(f"backend {backend!r} does not run on the device engine")
+    return spec
+
+
+def open_engine(target, model: str):
+    """Engine.open: the launcher is opened now (before planning); `make(plan, memory)`."""
+    launcher = open_launcher(target.backend)
+    return lambda plan, memory, **options: DeviceEngine(plan, memory, launcher)
 
 
 def check_extra(backend: str) -> None:
     """The Python packages of the backend's runtime extra; LibraryUnavailable naming it."""
-    extra, modules = EXTRAS[backend]
+    extra, modules = _spec(backend).extra
     for module in modules:
         try:
             found = importlib.util.find_spec(module) is not None
@@ -61,25 +92,15 @@ def check_extra(backend: str) -> None:
 
 
 def open_launcher(backend: str) -> Launcher:
-    """The device's launcher (backend "cuda" or "hip"); LibraryUnavailable without the Python
-    extra, NoDeviceError without a device."""
+    """The backend's launcher; LibraryUnavailable without its Python extra, NoDeviceError
+    without a device."""
     check_extra(backend)
-    if backend == "cuda":
-        from gir.backends.cuda.launcher import CudaLauncher
-        return CudaLauncher()
-    from gir.backends.hip.launcher import HipLauncher
-    return HipLauncher()
+    return _spec(backend).launcher()
 
 
 def _toolchain(backend: str):
     """(emitter class, compile function, static shared-memory limit)."""
-    if backend == "cuda":
-        from gir.backends.cuda.compiler import compile_cuda
-        from gir.backends.cuda.emitter import STATIC_SHARED, CudaEmitter
-        return CudaEmitter, compile_cuda, STATIC_SHARED
-    from gir.backends.hip.compiler import compile_hip
-    from gir.backends.hip.emitter import HipEmitter
-    return HipEmitter, compile_hip, None
+    return _spec(backend).toolchain()
 
 
 _BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}

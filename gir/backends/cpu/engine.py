@@ -1,64 +1,30 @@
-"""The native CPU engine: every GIR kernel of a plan emitted as C and built into one shared
+"""The CPU backend's plan engine: every GIR kernel of a plan emitted as C and built into one shared
 library when the session is created; a run binds pointers and calls the kernels in plan order.
 
 Why one library per plan: one compiler call instead of one per kernel (compile time is
 dominated by starting gcc), and the build cache then keys a whole model. Intermediates and
 kernel-local DRAM buffers live at their planned offsets in one arena, so kernels writing
 disjoint parts of a tensor simply write the same memory, and a view shares its storage.
-Library ops (matmul, conv) run on oneDNN (onednn.py: primitives and reordered weights made here,
+Library ops (matmul, conv) run on oneDNN (gir/runtime/onednn.py: primitives and reordered weights made here,
 results written into their arena slots), or through numpy (BLAS, library.py) where oneDNN is
 missing or does not take the op; `library_path` says which."""
 from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import replace
 
 import numpy as np
 
-from gir.backends.cpu.compiler import build
-from gir.backends.cpu.emitter import CpuEmitter
-from gir.backends.kernels import split_kernels
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
+from gir.runtime import onednn
+from gir.runtime.indices import GatherIndexError, gather_origins
+from gir.runtime.library import run_library_op
+from gir.runtime.memory import MemoryPlan, locate, output_roots
 
-from .indices import GatherIndexError, gather_origins
-from . import onednn
-from .library import run_library_op
-from .memory import MemoryPlan
-
-
-def emit_plan(emitter, plan) -> tuple[str, list]:
-    """One translation unit with every kernel of the plan, and the launches in plan order:
-    library ops as BasicOps, kernels as (step index, Kernel) with names unique in the plan."""
-    sources, launches = [emitter.prelude()], []
-    for i, step in enumerate(plan.steps):
-        if isinstance(step, BasicOp):
-            launches.append(step)
-            continue
-        for k in split_kernels(step.graph):
-            k = replace(k, name=f"s{i}_{k.name}")
-            sources.append(emitter.kernel_source(k))
-            launches.append((i, k))
-    return "\n".join(sources), launches
-
-
-def locate(plan, memory: MemoryPlan, step: int, buf) -> tuple[str, object]:
-    """Where a kernel's DRAM parameter lives: ("arena", byte offset), ("const", tensor), or
-    ("run", tensor) for an input or output bound at each run."""
-    if buf.role == "temp":
-        return "arena", memory.scratch[step, buf.name]
-    name = plan.aliases.get(buf.name, buf.name)
-    if name in memory.offsets:
-        return "arena", memory.offsets[name]
-    return ("const" if plan.graph.tensors[name].value is not None else "run"), name
-
-
-def output_roots(plan) -> set[str]:
-    """Tensors the outputs are stored in that a run allocates (not inputs or constants)."""
-    g = plan.graph
-    roots = {plan.aliases.get(n, n) for n in g.outputs}
-    return {r for r in roots if r not in g.inputs and g.tensors[r].value is None}
+from ..kernels import emit_plan
+from .compiler import build
+from .emitter import CpuEmitter
 
 
 class NativeCpuEngine:
@@ -184,3 +150,9 @@ class NativeCpuEngine:
             outputs[name] = value if root in self.fresh and root not in handed else value.copy()
             handed.add(root)
         return outputs
+
+
+def open_engine(target, model: str):
+    """The registry's Engine.open: nothing to open on the host; `make(plan, memory, library=,
+    layouts=)` builds the plan's library."""
+    return NativeCpuEngine

@@ -1,0 +1,47 @@
+"""The local CPU as a target: thread = unit, SIMD lanes = lanes, block = one unit, no scratchpad.
+
+Why here and not in gir/ir: its figures come from this backend's calibration (`gir calibrate`,
+calibration.py) when this CPU was measured, else from the nominal figures below.
+"""
+from __future__ import annotations
+
+import os
+
+from gir.ir.target import DEVICE, DRAM, REGISTER, UNIT, MemoryLevel, Target, Timing
+
+# The local CPU before `gir calibrate` has measured it: nominal figures of a recent x86 core.
+CPU_NOMINAL_TIMING = Timing(
+    clock_hz=3e9, issue_per_clock=2,      # two SIMD arithmetic ports
+    alu_latency_cycles=0.5,               # out-of-order: one thread fills the ports itself
+    dram_latency_s=90e-9, copy_efficiency=1.0, cache_bandwidth=50e9,
+    max_blocks_per_processor=1, loads_in_flight_per_lane=10,  # L1 line-fill buffers
+    barrier_s=0.0, unit_bandwidth=10e9,   # one thread's streaming copy, read + write
+    widest_access_bytes=4,                # lanes are SIMD lanes: the compiler vectorises, not `vec`
+    spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
+    dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
+    simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
+    source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")
+
+
+def local_cpu() -> Target:
+    """The machine we run on. Bandwidths, launch cost and issue rate are those `gir calibrate`
+    measured on this CPU when it has (stored with the compile cache), else nominal."""
+    cores = os.cpu_count() or 1
+    simd = 8  # fp32 lanes of AVX2; the emitted C is vectorised by the compiler, not by hand
+    from .calibration import stored
+    measured = stored()
+    timing = measured.timing if measured else CPU_NOMINAL_TIMING
+    dram = measured.copy_bandwidth if measured else 10e9 * min(cores, 4)
+    launch = measured.launch_s if measured else 2e-6
+    return Target(
+        name="CPU", backend="cpu", arch="native", hierarchy=("threads", "thread", "simd lane"),
+        lanes_per_unit=simd, max_units_per_block=1, processors=cores,
+        memory=(
+            MemoryLevel(REGISTER, UNIT, 64 * 1024, float("inf")),  # registers + L1 stand-in per thread
+            MemoryLevel(DRAM, DEVICE, 1 << 40, dram),
+        ),
+        peak_flops=cores * 3e9 * simd * 2, peak_matrix_flops=cores * 3e9 * simd * 2,
+        launch_latency_s=launch, max_units_per_processor=1, timing=timing,
+        notes=f"measured by gir calibrate on {measured.cpu}" if measured else
+              "nominal figures estimated from the core count, not measured",
+    )

@@ -1,0 +1,33 @@
+"""The NVIDIA targets: A100 (sm_80) and H100 (sm_90), vendor peak figures (nominal, not measured).
+
+Timing sources: clocks, SM counts, schedulers and the resident-block limit from NVIDIA's H100
+and A100 datasheets and whitepapers and the CUDA C++ Programming Guide's compute-capability
+table. Latencies and achievable bandwidths are public microbenchmark figures, rounded:
+  DRAM latency: pointer-chase latency to HBM of about 450-600 ns on A100/H100 (Chips and
+    Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; Luo et al., "Dissecting
+    the NVIDIA Hopper Architecture through Microbenchmarking", arXiv:2501.12084); 600 ns is
+    taken, loaded latency being above the unloaded one.
+  copy efficiency: device-to-device copy / STREAM figures of 3.0-3.1 TB/s on H100 SXM5,
+    1.35-1.4 TB/s on A100-40GB (BabelStream results published by the vendor and HPC centres).
+  L2 bandwidth: about 5.5 TB/s measured on H100 (Chips and Cheese, same article), ~4.8 TB/s A100.
+loads_in_flight_per_lane (8) and the barrier cost (40 ns) are modelling assumptions: what ptxas
+typically batches before the first use, and a __syncthreads of a few dozen clocks. Registers:
+255 per thread, the ceiling a kernel may use without forcing spills; shared memory: the
+largest per-block allocation.
+"""
+from gir.ir.target import GPU_LAUNCH_S, Timing, gpu_target
+
+H100_TIMING = Timing(clock_hz=1.98e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
+                     copy_efficiency=0.92, cache_bandwidth=5.5e12, max_blocks_per_processor=32,
+                     loads_in_flight_per_lane=8, barrier_s=40e-9,
+                     source="H100 SXM5: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
+A100_TIMING = Timing(clock_hz=1.41e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
+                     copy_efficiency=0.89, cache_bandwidth=4.8e12, max_blocks_per_processor=32,
+                     loads_in_flight_per_lane=8, barrier_s=40e-9,
+                     source="A100-SXM4-40GB: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
+
+A100 = gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
+                  1.555e12, 19.5e12, 19.5e12, 312e12, "A100-SXM4-40GB; 48 KiB static shared, 163 KiB opt-in",
+                  A100_TIMING, GPU_LAUNCH_S)
+H100 = gpu_target("H100", "cuda", "sm_90", "warp", 32, 32, 132, 255, 227 * 1024,
+                  3.35e12, 31e12, 67e12, 989e12, "H100-SXM5-80GB", H100_TIMING, GPU_LAUNCH_S)
