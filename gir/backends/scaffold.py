@@ -11,12 +11,23 @@ from string import Template
 
 FILES = {
     "__init__.py": '''"""The $name backend (scaffolded by `gir port new $name`; see docs/PORTING.md). The four names
-below are what every backend exposes. Check it with
+below are what every backend exposes; the registration is what `gir compile`, `gir run` and
+gir.Session find it by (gir/backends/registry.py). Check it with
     python3 -m pytest tests/conformance --backend $spec
 """
-from .compiler import compile, run
+from gir.backends.registry import Backend, Compiler, TargetEntry, register
+from gir.backends.step_engine import step_engine
+
+from .compiler import SOURCE_SUFFIX, compile, run, toolchain_version
 from .device import describe
 from .emitter import Emitter
+
+register(Backend(
+    name="$name", emitter=Emitter, module=__name__,
+    targets=(TargetEntry("$name", describe),),  # the names `--target` takes
+    compiler=Compiler(compile, SOURCE_SUFFIX, toolchain_version),
+    engine=step_engine(run, compile),  # a plan runs step by step through run(); a resident engine can come later
+))
 
 __all__ = ["Emitter", "compile", "describe", "run"]
 ''',
@@ -88,6 +99,13 @@ class Emitter(CStyle):
 from gir.backends.kernels import CompiledGraph, check_shared, emit_graph
 
 from .emitter import Emitter
+
+SOURCE_SUFFIX = ".cu"  # TODO(port): the suffix of this toolchain's sources (`gir compile` writes kernels/k000.cu)
+
+
+def toolchain_version() -> str:
+    """TODO(port): the compiler's version and flags: part of the compile cache's keys."""
+    return "$name scaffold"
 
 
 def compile(graph, target=None) -> CompiledGraph:
