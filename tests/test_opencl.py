@@ -119,3 +119,92 @@ def gather_flag_outcomes() -> list[str]:
 
 def test_opencl_kernels_report_an_out_of_range_gather_index(pocl):
     assert pocl(gather_flag_outcomes) == ["ok", "ok", "raised", "raised", "raised"]
+
+
+# -- through the registry: gir.Session, `gir compile` and `gir run` on target "opencl" -----------
+def session_errors(names: tuple[str, ...]) -> dict[str, float]:
+    """Per bundled model: the largest error of gir.Session(target="opencl") against onnxruntime,
+    relative to the output's largest magnitude, over two different inputs (the second run of a
+    session reuses its resident buffers)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import models
+    from gir.runtime import Session
+    errors = {}
+    for name in names:
+        proto = models.load_bundled(name)
+        session = Session(proto, target="opencl", limit=1)
+        assert type(session.engine).__name__ == "OpenCLEngine"
+        ref = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        worst = 0.0
+        for seed in (0, 1):
+            feeds = models.example_inputs(proto, seed)
+            for got, want in zip(session.run(None, feeds), ref.run(None, feeds)):
+                worst = max(worst, float(np.max(np.abs(got - want))) / max(1.0, float(np.abs(want).max())))
+        errors[name] = worst
+    return errors
+
+
+def test_session_on_opencl_matches_onnxruntime(pocl):
+    errors = pocl(session_errors, ("sardrn", "gpt2"))
+    assert all(e < 1e-5 for e in errors.values()), errors
+
+
+def computed_gather_outcomes() -> list[str]:
+    """A Gather whose indices a kernel computes (ids + 1) on the OpenCL engine: per ids[1, 2]."""
+    import numpy as np
+
+    from gir.runtime import Session
+    from gir.runtime.indices import GatherIndexError
+    from test_session import _computed_gather
+    session = Session(_computed_gather(), target="opencl", limit=1)
+    table = np.arange(20, dtype=np.float32).reshape(5, 4)
+    ok = np.array([[0, 1, 2], [-2, -6, 3]], np.int64)
+    out = []
+    for index in (3, 4, -7, 10**6):
+        ids = ok.copy()
+        ids[1, 2] = index
+        try:
+            (y,) = session.run(None, {"ids": ids})
+            out.append("ok" if np.array_equal(y, table[ids + 1]) else "wrong")
+        except GatherIndexError as err:
+            out.append("raised" if "node 'lookup' (Gather" in str(err) else str(err))
+        (y,) = session.run(None, {"ids": ok})  # the flag was cleared
+        assert np.array_equal(y, table[ok + 1])
+    return out
+
+
+def test_opencl_engine_reports_a_computed_out_of_range_index(pocl):
+    assert pocl(computed_gather_outcomes) == ["ok", "raised", "raised", "raised"]
+
+
+def test_cli_compiles_and_runs_a_bundled_model_on_opencl(tmp_path):
+    """In processes of their own: `gir compile` writes OpenCL C and plan.json, `gir run` matches
+    onnxruntime."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+    import onnxruntime as ort
+
+    import models
+    repo = Path(__file__).resolve().parent.parent
+    model, proto = models.bundled_path("bert"), models.load_bundled("bert")
+
+    def gir(*args):
+        done = subprocess.run([sys.executable, "-m", "gir.cli", *args, "--target", "opencl", "--limit", "1", "--quiet"],
+                              cwd=repo, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    out = gir("compile", str(model), "-o", str(tmp_path / "out"))
+    assert "kernel launches (OpenCL" in out and (tmp_path / "out" / "plan.json").is_file()
+    assert "__kernel void" in next((tmp_path / "out" / "kernels").glob("k*.cl")).read_text()
+    feeds = models.example_inputs(proto, 0)
+    np.savez(tmp_path / "x.npz", **feeds)
+    gir("run", str(model), "--inputs", str(tmp_path / "x.npz"), "-o", str(tmp_path / "y.npz"))
+    got = np.load(tmp_path / "y.npz")
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for output, w in zip(proto.graph.output, want):
+        np.testing.assert_allclose(got[output.name], w, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(w).max())))
