@@ -271,14 +271,15 @@ def _engine(args, target) -> str:
     return args.engine
 
 
-def _profiles(target) -> bool:
-    """Whether the target's backend registers an engine that can time each step alone."""
+def _profiler(target):
+    """`profile(session, feeds, repeat) -> text` of the engine the target's backend registers,
+    where it can time each step alone; else None."""
     from gir.backends.registry import BackendError, for_target
     try:
         engine = for_target(target).engine
     except BackendError:
-        return False
-    return bool(engine and engine.profiles)
+        return None
+    return engine.profile if engine else None
 
 
 def _latency(session, feeds, repeat: int) -> str:
@@ -310,7 +311,7 @@ def cmd_run(args) -> int:
     from gir.runtime.session import SessionError
     if args.output is not None and not args.output.strip():
         raise CliError("-o needs a file name, not an empty string")
-    if args.profile and (args.engine != "native" or not _profiles(_target(args.target))):
+    if args.profile and (args.engine != "native" or _profiler(_target(args.target)) is None):
         raise CliError(f"--profile times the kernels of a native engine that can time its steps alone "
                        f"(not --target {args.target} --engine {args.engine})")
     shapes = _shapes(args)
@@ -350,10 +351,9 @@ def cmd_run(args) -> int:
     if args.repeat:
         print(_latency(session, feeds, args.repeat))
     if args.profile:
-        from gir.runtime.profile import copy_bandwidth, profile, table
         if not args.quiet:
             print("gir: timing each step alone, then a copy loop for the machine's bandwidth", file=sys.stderr)
-        print(table(profile(session, feeds, args.repeat or 20), copy_bandwidth()))
+        print(_profiler(target)(session, feeds, args.repeat or 20))
     if args.output:
         _write_npz(args.output, outputs)
     return EXIT_OK

@@ -4,8 +4,8 @@ Counts the Python lines that are not blank, not comments and not docstrings (emi
 Python strings, such as a prelude, counts), per registered backend folder under gir/backends,
 and the shared modules every backend builds on separately. What a port may skip is counted apart
 from the port proper (OPTIONAL files): its own plan engine (how a whole plan runs with its
-memory resident; the shared step engine runs a plan otherwise) and a calibration that
-measures the machine (nominal figures otherwise). Prints Markdown tables:
+memory resident; the shared step engine runs a plan otherwise), a calibration that measures
+the machine (nominal figures otherwise) and a profiler of its engine (`gir run --profile`). Prints Markdown tables:
 
     python scripts/backend_loc.py
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ROOT / "gir" / "backends"
-OPTIONAL = ("engine.py", "calibration.py")  # a backend's own plan engine and machine measurement
+OPTIONAL = ("engine.py", "calibration.py", "profile.py")  # its own plan engine, machine measurement, profiler
 
 
 def ports() -> list[str]:
@@ -67,7 +67,7 @@ def code_lines(path: Path) -> int:
 
 
 def main() -> int:
-    print("| backend | port files | port lines | optional files (own engine, calibration) | lines | total |\n"
+    print("| backend | port files | port lines | optional files (own engine, calibration, profiler) | lines | total |\n"
           "| --- | --- | ---: | --- | ---: | ---: |")
     for name in ports():
         port, optional = split(name)

@@ -1,4 +1,4 @@
-"""`gir run --profile` and gir.runtime.profile: every step of a native CPU session timed alone,
+"""`gir run --profile` and gir/backends/cpu/profile.py: every step of a native CPU session timed alone,
 with its DRAM bytes and GB/s next to the machine's copy bandwidth."""
 import numpy as np
 import onnx
@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import gir
 from gir.cli import main
-from gir.runtime import profile as prof
+from gir.backends.cpu import profile as prof
 
 
 def _model():

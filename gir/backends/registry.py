@@ -61,10 +61,10 @@ class Compiler:
 class Engine:
     """How a plan runs on a backend: `open(target, model)` opens the device (a missing one is a
     one-line NoDeviceError, before any planning) and returns `make(plan, memory, **options)`,
-    whose result has `run(feeds) -> {output: array}`. `profiles`: its steps can be timed
-    alone (`gir run --profile`)."""
+    whose result has `run(feeds) -> {output: array}`. `profile(session, feeds, repeat)`, where
+    the engine can time each step alone, returns what `gir run --profile` prints."""
     open: Callable
-    profiles: bool = False
+    profile: Callable | None = None
 
 
 @dataclass(frozen=True)

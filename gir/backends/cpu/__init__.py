@@ -12,11 +12,17 @@ def _open_engine(target, model):
     return open_engine(target, model)
 
 
+
+def _profile(session, feeds, repeat):
+    from .profile import report
+    return report(session, feeds, repeat)
+
+
 register(Backend(
     name="cpu", emitter=Emitter, module=__name__,
     targets=(TargetEntry("cpu", describe),),
     compiler=Compiler(compile, ".c", toolchain_version, flag_parameter=False),  # the flag is the library's global
-    engine=Engine(_open_engine, profiles=True),
+    engine=Engine(_open_engine, profile=lambda session, feeds, repeat: _profile(session, feeds, repeat)),
     cache_kinds={"native": "shared libraries of the CPU backend and of the CPU harness, by source",
                  "calibration": "measured constants of this CPU (`gir calibrate`), by CPU model and flags"},
 ))
