@@ -1,0 +1,97 @@
+"""The CPU emitter's loop forms (issue 23): interior units unmasked and element loops fused
+(gir/backends/cstyle.py LoopedLanes, gir/backends/loop_fusion.py) against one masked loop per
+gOperator. Each zoo model's native CPU session is built twice in one process from the same
+plan (the forms change the C source, not the plan), every GIR kernel of both timed alone
+(gir.runtime.profile), the two alternating per model.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python3 scripts/loop_forms_ab.py [--models bert vit] [--repeat 5]
+
+Writes results/loop_forms.md and .json."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from datetime import date
+from pathlib import Path
+
+import models
+from gir.backends.cpu.emitter import CpuEmitter
+from gir.runtime import Session
+from gir.runtime.profile import copy_bandwidth, profile
+
+MODELS = ["bert", "gpt2", "vit", "efficientnet_b0", "shufflenet_v2", "rednet50", "sardrn"]
+
+
+def baseline_session(model):
+    """The session with both forms switched off (what the emitter wrote before them)."""
+    saved = CpuEmitter.fuse_loops, CpuEmitter.split_interior
+    CpuEmitter.fuse_loops = CpuEmitter.split_interior = False
+    try:
+        return Session(model, target="cpu")
+    finally:
+        CpuEmitter.fuse_loops, CpuEmitter.split_interior = saved
+
+
+def measure(name: str, repeat: int, copy_bps: float) -> dict:
+    model = models.build(name)
+    before_s, after_s = baseline_session(model), Session(model, target="cpu")
+    feeds = models.example_inputs(model, 0)
+    before = {r.name: r for r in profile(before_s, feeds, repeat) if r.kind == "kernel"}
+    after = {r.name: r for r in profile(after_s, feeds, repeat) if r.kind == "kernel"}
+    share = lambda r: 100 * r.gbps * 1e9 / copy_bps  # noqa: E731
+    big = [k for k in after if k in before and after[k].dram_bytes >= 1 << 20]
+    shares = sorted(share(after[k]) for k in big)
+    changed = sorted((k for k in after if k in before), key=lambda k: before[k].seconds - after[k].seconds, reverse=True)
+    return {"model": name, "before_ms": 1e3 * sum(r.seconds for r in before.values()),
+            "after_ms": 1e3 * sum(r.seconds for r in after.values()), "kernels": len(after), "kernels_1mb": len(big),
+            "lowest_share_before": min((share(before[k]) for k in big), default=None),
+            "lowest_share_after": shares[0] if shares else None,
+            "median_share_before": sorted(share(before[k]) for k in big)[len(big) // 2] if big else None,
+            "median_share_after": shares[len(shares) // 2] if shares else None,
+            "largest_gains": [{"kernel": k[:70], "before_ms": before[k].seconds * 1e3, "after_ms": after[k].seconds * 1e3,
+                               "mb": after[k].dram_bytes / 1e6} for k in changed[:3]],
+            "largest_losses": [{"kernel": k[:70], "before_ms": before[k].seconds * 1e3, "after_ms": after[k].seconds * 1e3,
+                                "mb": after[k].dram_bytes / 1e6} for k in changed[-3:][::-1]]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", default="results/loop_forms")
+    args = ap.parse_args()
+    copy_bps = copy_bandwidth()
+    results = []
+    for name in args.models:
+        results.append(measure(name, args.repeat, copy_bps))
+        r = results[-1]
+        print(f"{name}: {r['before_ms']:.2f} -> {r['after_ms']:.2f} ms", flush=True)
+    fmt = lambda v: "" if v is None else f"{v:.1f}"  # noqa: E731
+    lines = ["# CPU kernels: interior split and fused loops against one masked loop per gOperator\n",
+             f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
+             f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "
+             f"scripts/loop_forms_ab.py --repeat {args.repeat}`. Copy bandwidth (C loop, built like the kernels): "
+             f"{copy_bps / 1e9:.1f} GB/s. Same plan both ways; each kernel timed alone, median of {args.repeat}. "
+             "Shares are of kernels moving 1 MB or more.\n",
+             "| model | GIR kernels | before ms | after ms | speed-up | median % of copy before | after | lowest % before | after |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['model']} | {r['kernels']} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
+                     f"{r['before_ms'] / r['after_ms']:.2f}x | {fmt(r['median_share_before'])} | {fmt(r['median_share_after'])} | "
+                     f"{fmt(r['lowest_share_before'])} | {fmt(r['lowest_share_after'])} |")
+    lines.append("\nLargest gains and losses per model (ms before -> after, MB):\n")
+    for r in results:
+        row = lambda gs: "; ".join(f"{g['kernel']} {g['before_ms']:.2f} -> {g['after_ms']:.2f} ({g['mb']:.1f} MB)" for g in gs)  # noqa: E731
+        lines.append(f"- {r['model']}: gains {row(r['largest_gains'])}; losses {row(r['largest_losses'])}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text(text)
+    out.with_suffix(".json").write_text(json.dumps({"copy_gbps": copy_bps / 1e9, "models": results}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The looped-lanes emitter's loop forms (gir/backends/cstyle.py LoopedLanes, loop_fusion.py):
+a gOperator masked by unit-dependent bounds runs unmasked in the interior units and masked at
+the ragged ones; consecutive element loops fuse, with arrays only the fused loop uses turned
+into scalars, and never where that would reorder a read and a write of one element. Every
+form is checked numerically against the reference interpreter on template candidates."""
+import pytest
+
+from gir.backends.cpu import compiler as cpu
+from gir.backends.cpu.across_units import vectorises_across_units
+from gir.backends.cpu.emitter import CpuEmitter
+from gir.backends.kernels import split_kernels
+from gir.backends.loop_fusion import fuse_element_loops
+from gir.ir import get_target, run
+from gir.templates import candidates
+
+from backend_cases import compare, seeded_feeds, template_cases
+
+CPU = get_target("cpu")
+PRAGMA = "#pragma omp simd"
+
+
+def _per_unit_sources():
+    """(case, candidate, its kernels' per-unit C) for every template candidate on the CPU."""
+    out = []
+    for case, (op, ts) in template_cases().items():
+        for cand in candidates(op, ts, CPU).candidates:
+            kernels = split_kernels(cand.graph)
+            if any(vectorises_across_units(k) for k in kernels):
+                continue
+            emitter = CpuEmitter(CPU)
+            out.append((case, cand, "\n".join(emitter.kernel_source(k) for k in kernels)))
+    return out
+
+
+SOURCES = _per_unit_sources()
+INTERIOR = [pytest.param(c, cand, id=f"{c}-{cand.label}") for c, cand, src in SOURCES if "} else {" in src][:16]
+FUSED = [pytest.param(c, cand, id=f"{c}-{cand.label}") for c, cand, src in SOURCES if "__k = 0;" in src][:16]
+
+
+def test_both_forms_are_exercised_by_many_templates():
+    assert len(INTERIOR) >= 8 and len(FUSED) >= 8, (len(INTERIOR), len(FUSED))
+
+
+@pytest.mark.parametrize("case,cand", INTERIOR)
+def test_interior_and_border_units_match_the_interpreter(case, cand):
+    op, ts = template_cases()[case]
+    feeds = seeded_feeds(op, ts, case)
+    compare(cpu.run(cand.graph, feeds), run(cand.graph, feeds).outputs, f"{case} {cand.label}")
+
+
+@pytest.mark.parametrize("case,cand", FUSED)
+def test_fused_loops_match_the_interpreter(case, cand):
+    op, ts = template_cases()[case]
+    feeds = seeded_feeds(op, ts, case)
+    compare(cpu.run(cand.graph, feeds), run(cand.graph, feeds).outputs, f"{case} {cand.label}")
+
+
+def test_a_masked_move_runs_unmasked_when_the_unit_is_inside():
+    case, cand, source = next((c, cand, s) for c, cand, s in SOURCES if "} else {" in s)
+    interior, masked = source.split("} else {", 1)
+    head = interior.rsplit("if (", 1)[1]
+    assert ">= " in head.split(")")[0] or "<= 0" in head.split(")")[0], head
+    assert "?" in masked.split("}")[0] + masked.split("}")[1] or "if (" in masked.split("}")[0]
+
+
+def _loop(body: list[str], n: int = 8, pragma: bool = True) -> list[str]:
+    return ([PRAGMA] if pragma else []) + [f"for (int k = 0; k < {n}; ++k) {{", *["  " + b for b in body], "}"]
+
+
+def test_a_load_compute_store_chain_becomes_one_loop_of_scalars():
+    lines = ["float r_a[8];", "float r_b[8];", "// #0 Move", *_loop(["r_a[k] = g_x[4*u + k];"]),
+             "// #1 Elementwise", *_loop(["const float t0 = r_a[k] * 2.0f;", "r_b[k] = t0;"]),
+             "// #2 Move", *_loop(["g_y[4*u + k] = r_b[k];"])]
+    out = fuse_element_loops(lines, PRAGMA)
+    assert sum(ln.startswith("for (int k") for ln in out) == 1
+    assert "float r_a__k = 0;" in "\n".join(out) and "r_b__k = t0;" in "\n".join(out)
+    assert "r_a[k]" not in "\n".join(out) and "// #1 Elementwise" in out
+
+
+@pytest.mark.parametrize("second,why", [
+    (["g_y[4*u + k] = r_a[k + 1];"], "another element of an array the first loop writes"),
+    (["g_x[4*u + k + 1] = r_a[k];"], "a DRAM element the first loop reads, at another index"),
+])
+def test_loops_that_would_reorder_an_element_stay_apart(second, why):
+    lines = ["float r_a[8];", *_loop(["r_a[k] = g_x[4*u + k];"]), *_loop(second)]
+    assert fuse_element_loops(lines, PRAGMA) == lines, why
+
+
+def test_a_loop_whose_array_a_reduction_reads_stays_apart():
+    """The product kept in an array for a reduction: fused, it was slower (GPT-2's GEMV)."""
+    lines = ["float r_a[8];", "float r_p[8];", *_loop(["r_a[k] = g_x[k];"]),
+             *_loop(["r_p[k] = r_a[k] * g_w[8*u + k];"]),
+             "for (int k = 0; k < 1; ++k) {", "  for (int g = 0; g < 8; ++g) acc = acc + r_p[(k*8 + g)];", "}"]
+    assert fuse_element_loops(lines, PRAGMA) == lines
+
+
+def test_loops_without_the_simd_mark_or_of_other_lengths_stay_apart():
+    unmarked = ["float r_a[8];", *_loop(["r_a[k] = g_x[k];"], pragma=False), *_loop(["g_y[k] = r_a[k];"])]
+    assert fuse_element_loops(unmarked, PRAGMA) == unmarked
+    lengths = ["float r_a[8];", *_loop(["r_a[k] = g_x[k];"]), *_loop(["g_y[k] = r_a[k];"], n=4)]
+    assert fuse_element_loops(lengths, PRAGMA) == lengths
