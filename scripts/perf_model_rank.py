@@ -111,11 +111,14 @@ class Space:
     """Every kernel sequence the search's machinery builds for the chain: a split into
     consecutive groups, and per group one of its options. Graphs are built on demand."""
 
-    def __init__(self, graph, target, ops=None, per_op=None):
+    def __init__(self, graph, target, ops=None, per_op=None, escaping=None):
         """`ops` and `per_op`: a chain inside `graph` and the candidates of its ops (default:
-        all of graph's ops, each op's own template candidates)."""
+        all of graph's ops, each op's own template candidates). `escaping`: what the planner
+        counts as read outside the chain (default: what any other op reads; a layout folded
+        into its reader is no reader, which only the planner knows)."""
         self.graph, self.target, self.ops = graph, target, graph.ops if ops is None else ops
         self.per_op = per_op or [candidates(op, graph.tensors, target).candidates for op in self.ops]
+        self.escaping = escaping
         self._choices, self._graphs = {}, {}
 
     def choices(self, start: int, stop: int) -> list:
@@ -146,10 +149,23 @@ class Space:
         if o not in self._graphs:
             ops = self.ops[o.start:o.stop]
             name = "+".join(op.name for op in ops)
-            merged = merge_graphs(name, [c.graph for c in self.choices(o.start, o.stop)[o.family]],
-                                  escaping_tensors(self.graph, ops))
+            escaping = escaping_tensors(self.graph, ops)
+            if self.escaping is not None:  # read by another group of the chain, or outside it as the planner says
+                escaping = {t for t in escaping if t in self.escaping or t in self._read_by_chain_outside(ops)}
+            merged = merge_graphs(name, [c.graph for c in self.choices(o.start, o.stop)[o.family]], escaping)
             self._graphs[o] = optimize(merged)[0] if o.rewritten else merged
         return self._graphs[o]
+
+    def _read_by_chain_outside(self, ops) -> set[str]:
+        """Tensors the chain's other ops read, directly or through layouts folded into them."""
+        inside, chain = {id(op) for op in ops}, {id(op) for op in self.ops}
+        read = {t for op in self.ops if id(op) not in inside for t in op.inputs}
+        folded = [op for op in self.graph.ops if id(op) not in chain]
+        while True:
+            more = {t for op in folded if read & set(op.outputs) for t in op.inputs} - read
+            if not more:
+                return read
+            read |= more
 
     def describe(self, o: Option) -> str:
         short = [op.name.rsplit("/", 1)[-1].rsplit("_", 1)[0] for op in self.ops[o.start:o.stop]]
@@ -163,22 +179,26 @@ def plan_space(graph, target) -> "Space":
     search recorded, and the space is built over the one fused group it forms, from the
     candidates the planner offered each op (reading through folded layouts)."""
     import gir.fusion.plan as planner
-    offered, original = [], planner.common_structures
+    offered, escaped, original, original_best = [], [], planner.common_structures, planner._best
 
     def recording(per_op):
         offered.append(per_op)
         return original(per_op)
-    planner.common_structures = recording
+
+    def best(choices, name, op_names, limit, escaping, lowers):
+        escaped.append(set(escaping))
+        return original_best(choices, name, op_names, limit, escaping, lowers)
+    planner.common_structures, planner._best = recording, best
     try:
         result = planner.plan(graph, target, limit=2)
     finally:
-        planner.common_structures = original
+        planner.common_structures, planner._best = original, original_best
     if len(result.kernels) != 1 or len(offered) != 1:
         raise ValueError(f"{graph.model_name}: the plan has {len(result.kernels)} kernels from {len(offered)} fused groups; "
                          "this experiment needs exactly one")
     by_name = {op.name: op for op in result.graph.ops}
     ops = [by_name[name] for name in result.kernels[0].ops]
-    return Space(result.graph, target, ops, offered[0])
+    return Space(result.graph, target, ops, offered[0], escaped[0])
 
 
 def _short_label(cand) -> str:
