@@ -37,6 +37,7 @@ def split(name: str) -> tuple[list[Path], list[Path]]:
 
 SHARED = {
     "cstyle.py": "the C-like emitter every dialect subclasses",
+    "prelude.py": "the C prelude every dialect shares (fp16/bf16, NaN min/max)",
     "kernels.py": "kernel formation, resource checks, DRAM buffers",
     "launcher_base.py": "the launcher interface and graph launch",
     "native_cache.py": "cached native builds (CPU port, harness)",

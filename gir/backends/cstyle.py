@@ -1098,28 +1098,3 @@ class LoopedLanes:
         if G % A:
             lines.append(f"for (int g = {full}; g < {G}; ++g) acc = {self.combine(op.op, 'acc', f'({x})')};")
         return lines
-
-
-GPU_PRELUDE = """#ifndef GIR_PRELUDE
-#define GIR_PRELUDE
-#define GIR_INF_F __int_as_float(0x7f800000)
-#define GIR_NAN_F __int_as_float(0x7fc00000)
-#define GIR_INF_D __longlong_as_double(0x7ff0000000000000LL)
-#define GIR_NAN_D __longlong_as_double(0x7ff8000000000000LL)
-#define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))  /* NaN-propagating, as numpy */
-#define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
-#define GIR_RH(x) __half2float(__float2half(x))  /* round a float to fp16 precision */
-__device__ inline float gir_b2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }  /* bf16 bits -> float */
-__device__ inline unsigned short gir_f2b(float f) {  /* float -> bf16 bits, round to nearest even, NaN kept quiet */
-  const unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-#define GIR_RB(x) gir_b2f(gir_f2b(x))  /* round a float to bf16 precision */
-__device__ inline long long gir_ipow(long long a, long long e) {
-  long long r = 1;
-  for (; e > 0; --e) r *= a;
-  return r;
-}
-#endif
-"""

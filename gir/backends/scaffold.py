@@ -58,7 +58,8 @@ def describe() -> Target:
     "emitter.py": '''"""Emitter dialect of $name over the shared C-like emitter (gir/backends/cstyle.py). Each
 TODO(port) is an instruction mapping; gir/backends/{cuda,hip,opencl,cpu}/emitter.py show each
 one written for another device. Until then this emits CUDA."""
-from gir.backends.cstyle import GPU_PRELUDE, CStyle
+from gir.backends.cstyle import CStyle
+from gir.backends.prelude import GPU_PRELUDE
 from gir.backends.kernels import Kernel
 
 

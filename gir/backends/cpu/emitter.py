@@ -5,8 +5,9 @@ block) are nothing."""
 from __future__ import annotations
 
 from ..cstyle import CStyle, LoopedLanes
-from .across_units import AcrossUnits
 from ..kernels import EmitError, Kernel
+from ..prelude import CSpelling, shared_prelude
+from .across_units import AcrossUnits
 
 CPU_PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
@@ -18,39 +19,9 @@ CPU_PRELUDE = r"""#include <math.h>
 #define GIR_NAN_F NAN
 #define GIR_INF_D ((double)INFINITY)
 #define GIR_NAN_D ((double)NAN)
-#define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
-#define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
-#define GIR_RH(x) gir_h2f(gir_f2h(x))
-#define GIR_RB(x) gir_b2f(gir_f2b(x))
 static inline uint32_t gir_fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float gir_bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline float gir_h2f(uint16_t h) {  /* fp16 storage -> float, exact */
-  uint32_t o = ((uint32_t)h & 0x7fffu) << 13, e = o & (0x7c00u << 13);
-  o += (uint32_t)(127 - 15) << 23;
-  if (e == 0x7c00u << 13) o += (uint32_t)(128 - 16) << 23;
-  else if (e == 0) o = gir_fbits(gir_bitsf(o + (1u << 23)) - gir_bitsf(113u << 23));
-  return gir_bitsf(o | ((uint32_t)h & 0x8000u) << 16);
-}
-static inline uint16_t gir_f2h(float f) {  /* float -> fp16, round to nearest even */
-  uint32_t u = gir_fbits(f), sign = u & 0x80000000u, o;
-  u ^= sign;
-  if (u >= 0x47800000u) o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  else if (u < 0x38800000u) o = gir_fbits(gir_bitsf(u) + gir_bitsf(126u << 23)) - (126u << 23);
-  else o = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
-  return (uint16_t)(o | (sign >> 16));
-}
-static inline float gir_b2f(uint16_t h) { return gir_bitsf((uint32_t)h << 16); }  /* bf16 storage -> float */
-static inline uint16_t gir_f2b(float f) {  /* float -> bf16, round to nearest even, NaN kept quiet */
-  const uint32_t u = gir_fbits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static inline long long gir_ipow(long long a, long long e) {
-  long long r = 1;
-  for (; e > 0; --e) r *= a;
-  return r;
-}
-static inline float gir_expf(float x) {
+""" + shared_prelude(CSpelling("static inline", "uint16_t", "uint32_t", "long long")) + r"""static inline float gir_expf(float x) {
   /* exp as 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 in two parts, p Cephes' minimax
      polynomial; 2^n built from the exponent bits in two factors so that overflow gives inf and
      the subnormal range rounds once. Branch-free, so gcc vectorises it (libm's expf is a call

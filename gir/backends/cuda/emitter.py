@@ -2,7 +2,8 @@
 `compile`, which emits a graph's kernels into one source and builds it with NVRTC."""
 from __future__ import annotations
 
-from ..cstyle import GPU_PRELUDE, CStyle
+from ..cstyle import CStyle
+from ..prelude import GPU_PRELUDE
 from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph
 from .compiler import compile_cuda
 

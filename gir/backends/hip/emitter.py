@@ -3,7 +3,8 @@ shuffles, hip_runtime.h only (hiprtc's built-ins define __half; hip_fp16.h would
 `compile`, which emits a graph's kernels into one source and builds it with hiprtc."""
 from __future__ import annotations
 
-from ..cstyle import GPU_PRELUDE, CStyle
+from ..cstyle import CStyle
+from ..prelude import GPU_PRELUDE
 from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph
 from .compiler import compile_hip
 

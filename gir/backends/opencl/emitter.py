@@ -12,6 +12,7 @@ from gir.ir import BLOCK, DRAM, LANE, UNIT
 
 from ..cstyle import CStyle, LoopedLanes
 from ..kernels import Kernel
+from ..prelude import CSpelling, shared_prelude
 
 CL_PRELUDE = r"""#ifndef GIR_PRELUDE
 #define GIR_PRELUDE
@@ -22,9 +23,8 @@ CL_PRELUDE = r"""#ifndef GIR_PRELUDE
 #define GIR_NAN_F NAN
 #define GIR_INF_D as_double(0x7ff0000000000000L)
 #define GIR_NAN_D as_double(0x7ff8000000000000L)
-#define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
-#define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
-#define GIR_RH(x) gir_h2f(gir_f2h(x))
+#define gir_fbits(f) as_uint(f)
+#define gir_bitsf(u) as_float(u)
 #define expf exp
 #define logf log
 #define sqrtf sqrt
@@ -37,34 +37,7 @@ CL_PRELUDE = r"""#ifndef GIR_PRELUDE
 #define fabsf fabs
 #define powf pow
 #define fmodf fmod
-inline float gir_h2f(ushort h) {  /* fp16 storage -> float, exact */
-  uint o = ((uint)h & 0x7fffu) << 13, e = o & (0x7c00u << 13);
-  o += (uint)(127 - 15) << 23;
-  if (e == 0x7c00u << 13) o += (uint)(128 - 16) << 23;
-  else if (e == 0) o = as_uint(as_float(o + (1u << 23)) - as_float(113u << 23));
-  return as_float(o | ((uint)h & 0x8000u) << 16);
-}
-inline ushort gir_f2h(float f) {  /* float -> fp16, round to nearest even */
-  uint u = as_uint(f), sign = u & 0x80000000u, o;
-  u ^= sign;
-  if (u >= 0x47800000u) o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  else if (u < 0x38800000u) o = as_uint(as_float(u) + as_float(126u << 23)) - (126u << 23);
-  else o = (u + ((uint)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
-  return (ushort)(o | (sign >> 16));
-}
-inline float gir_b2f(ushort h) { return as_float((uint)h << 16); }  /* bf16 storage -> float */
-inline ushort gir_f2b(float f) {  /* float -> bf16, round to nearest even, NaN kept quiet */
-  const uint u = as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
-  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-#define GIR_RB(x) gir_b2f(gir_f2b(x))
-inline long gir_ipow(long a, long e) {
-  long r = 1;
-  for (; e > 0; --e) r *= a;
-  return r;
-}
-#endif
+""" + shared_prelude(CSpelling("inline", "ushort", "uint", "long")) + r"""#endif
 """
 
 class OpenCLEmitter(LoopedLanes, CStyle):
