@@ -454,7 +454,12 @@ def cmd_cache_clear(args) -> int:
 
 def cmd_calibrate(args) -> int:
     """Measure this CPU's constants for the time model and store them with the compile cache."""
-    from gir.backends.cpu.calibration import measure, save, stored
+    from gir.backends.registry import HOST_TARGET, for_target
+    host = for_target(_target(HOST_TARGET))
+    if host.calibration is None:
+        raise CliError(f"the host's backend {host.name!r} registers no calibration")
+    calibration = host.calibration()
+    measure, save, stored = calibration.measure, calibration.save, calibration.stored
     if args.show:
         cal = stored()
         if cal is None:

@@ -71,13 +71,15 @@ class Engine:
 class Backend:
     """What one backend provides: its emitter dialect (a CStyle subclass), the target names it
     describes, its Compiler (`gir compile`), its Engine (`gir run`, Session; None: the
-    interpreter only) and the compile-cache kinds its toolchain stores (kind -> what it holds)."""
+    interpreter only), the compile-cache kinds its toolchain stores (kind -> what it holds) and,
+    for the host's backend, the calibration `gir calibrate` runs."""
     name: str
     emitter: type
     targets: tuple[TargetEntry, ...]
     compiler: Compiler | None = None
     engine: Engine | None = None
     cache_kinds: dict = field(default_factory=dict)
+    calibration: Callable | None = None  # () -> module with measure/save/stored (`gir calibrate`, the host's)
     module: str = ""
 
 
