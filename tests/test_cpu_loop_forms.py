@@ -3,6 +3,9 @@ a gOperator masked by unit-dependent bounds runs unmasked in the interior units 
 the ragged ones; consecutive element loops fuse, with arrays only the fused loop uses turned
 into scalars, and never where that would reorder a read and a write of one element. Every
 form is checked numerically against the reference interpreter on template candidates."""
+import re
+
+import numpy as np
 import pytest
 
 from gir.backends.cpu import compiler as cpu
@@ -99,3 +102,53 @@ def test_loops_without_the_simd_mark_or_of_other_lengths_stay_apart():
     assert fuse_element_loops(unmarked, PRAGMA) == unmarked
     lengths = ["float r_a[8];", *_loop(["r_a[k] = g_x[k];"]), *_loop(["g_y[k] = r_a[k];"], n=4)]
     assert fuse_element_loops(lengths, PRAGMA) == lengths
+
+
+def _session_vs_onnxruntime(model, feeds):
+    import gir
+    import onnxruntime as ort
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = gir.Session(model, target="cpu").run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def _model(nodes, inputs, output, shape, inits=()):
+    from onnx import TensorProto, helper
+    vi = lambda name, s: helper.make_tensor_value_info(name, TensorProto.FLOAT, list(s))  # noqa: E731
+    g = helper.make_graph(nodes, "m", [vi(n, s) for n, s in inputs], [vi(output, shape)], list(inits))
+    return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_gemv_multiplies_inside_its_reduction_and_matches_onnxruntime():
+    """GPT-2 decode's GEMV: the weights are read once, multiplied and summed in one loop."""
+    from onnx import helper, numpy_helper
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.normal(0, 0.05, (96, 200)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.normal(0, 0.1, 200).astype(np.float32), "b")
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"])],
+                   [("x", (1, 1, 96))], "y", (1, 1, 200), [w, b])
+    kernels = [k for k in plan(load(model), CPU).kernels if "sum" in k.name]
+    source = "\n".join(CpuEmitter(CPU).kernel_source(kk) for k in kernels for kk in split_kernels(k.graph))
+    assert re.search(r"part\[j\] = part\[j\] \+ \(t0\)", source) and "const float t0 = g_x" in source, source
+    _session_vs_onnxruntime(model, {"x": rng.standard_normal((1, 1, 96)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("node", ["LayerNormalization", "Softmax", "ReduceSumSquare"])
+def test_reductions_over_computed_values_match_onnxruntime(node):
+    from onnx import helper, numpy_helper
+    rng = np.random.default_rng(6)
+    shape = (3, 37, 131)  # ragged against every SIMD width and tiling
+    inits, extra, out_shape = [], {}, shape
+    if node == "LayerNormalization":
+        inits = [numpy_helper.from_array(rng.normal(1, 0.1, 131).astype(np.float32), "g"),
+                 numpy_helper.from_array(rng.normal(0, 0.1, 131).astype(np.float32), "bb")]
+        n = helper.make_node(node, ["x", "g", "bb"], ["y"], axis=-1)
+    elif node == "Softmax":
+        n = helper.make_node(node, ["x"], ["y"], axis=-1)
+    else:
+        n, out_shape = helper.make_node(node, ["x"], ["y"], axes=[2], keepdims=0), (3, 37)  # opset 17: an attribute
+    model = _model([n], [("x", shape)], "y", out_shape, inits)
+    _session_vs_onnxruntime(model, {"x": rng.standard_normal(shape).astype(np.float32)})

@@ -35,7 +35,7 @@ from gir.ir import BLOCK, DRAM, LANE, REGISTER, SHARED, UNIT
 from gir.ir.affine import Affine
 from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
-from gir.ir.gops import Gather, Reduce, Sync, reduce_identity
+from gir.ir.gops import Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
 from gir.ir.vector_access import vector_width
 
@@ -992,6 +992,7 @@ class LoopedLanes:
     _interior = False  # emitting the unmasked copy of the kernel (see kernel_body)
     fuse_loops = True  # False: one loop per gOperator (an A/B baseline)
     split_interior = True  # False: masks tested in every unit (an A/B baseline)
+    inline_products = True  # False: a reduction's product in an array of its own (an A/B baseline)
 
     def kernel_body(self, k) -> list[str]:
         """A kernel with slices masked by bounds that depend on the unit runs twice as code:
@@ -1062,17 +1063,109 @@ class LoopedLanes:
 
     def op_Reduce(self, op) -> list[str]:
         acc, ident, term = self._reduce_parts(op)
-        x, ok = self.load(op.src, Idx(f"k*{op.group} + g"), None)
+        index = Idx(f"k*{op.group} + g")
+        pre, x = self._inlined_term(op, index)
+        ok = []
+        if x is None:
+            x, ok = self.load(op.src, index, None)
         x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
         dst = self.store(op.dst, Idx("k"), op)
         if dst is None:
             return []
         return block(f"for (int k = 0; k < {op.dst.size}; ++k) {{", [
-            *self.reduce_loop(op, acc, ident, x),
+            *self.reduce_loop(op, acc, ident, x, " ".join(pre)),
             *guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, self.dtype(op.dst))};"])])
 
-    def reduce_loop(self, op, acc: str, ident: str, x: str) -> list[str]:
-        """`acc` = the reduction of `x` (an expression of `g`) over g < group. A long group runs
+    # -- a product computed inside the reduction that consumes it -----------------------------
+    def emit_op(self, op) -> list[str]:
+        if id(op) in self._inline_plan()[1]:
+            return []  # computed inside the reduction that reads it (_inlined_term)
+        return super().emit_op(op)
+
+    def _inline_plan(self) -> tuple[dict, set]:
+        """(Reduce -> the Elementwise whose result it alone reads, in its element order; ids of
+        the gOperators that reduction computes in its own loop: that Elementwise and each load
+        from DRAM only it reads). A GEMV's product then streams the weights once, multiplied and
+        summed in one loop, instead of being copied into arrays (two loops), multiplied into a
+        third and summed in a fourth. Only unmasked slices (or, in the interior copy, slices
+        masked by unit-dependent bounds only) are inlined."""
+        key = (self.k, self._interior)
+        if getattr(self, "_plan_key", (None, None))[0] is key[0] and self._plan_key[1] == key[1]:
+            return self._plan
+        if getattr(self, "across", False) or not self.inline_products:
+            self._plan_key, self._plan = key, ({}, set())
+            return self._plan
+        ops = [op for _, op in self.k.ops]
+        writers, readers = {}, {}
+        for op in ops:
+            for s in op.writes():
+                writers.setdefault(s.buffer, []).append(op)
+            for s in op.reads():
+                readers.setdefault(s.buffer, []).append(op)
+        sole = lambda buf, op: writers.get(buf, []) == [op] or None  # noqa: E731
+        producer, skipped = {}, set()
+        for r in ops:
+            if not isinstance(r, Reduce) or not self._in_registers(r.src):
+                continue
+            (e, *more) = writers.get(r.src.buffer, [None])
+            if (more or not isinstance(e, Elementwise) or readers.get(r.src.buffer) != [r]
+                    or not self._same_elements(e.out, r.src) or not all(map(self._plain, (e.out, *e.inputs)))):
+                continue
+            producer[id(r)] = e
+            skipped.add(id(e))
+            for s in e.inputs:
+                m = self._dram_load_of(s, writers, readers, e)
+                if m is not None and sole(s.buffer, m):
+                    skipped.add(id(m))
+        self._plan_key, self._plan = key, (producer, skipped)
+        return self._plan
+
+    def _in_registers(self, s) -> bool:
+        return self.level(s) == REGISTER
+
+    def _plain(self, s) -> bool:
+        """No mask is tested on s here: none, or only unit-dependent ones in the interior copy."""
+        return not s.is_masked or self._interior and all(b is None or not b.is_const for b in (*s.limits, *s.starts))
+
+    @staticmethod
+    def _same_elements(a, b) -> bool:
+        """Element i of a is element i of b (same buffer, constant offsets)."""
+        return (a.buffer == b.buffer and a.size == b.size and a.offset.is_const and b.offset.is_const
+                and bool(np.array_equal(a.pattern + a.offset.const, b.pattern + b.offset.const)))
+
+    def _dram_load_of(self, s, writers, readers, e):
+        """The Move from DRAM that alone fills register slice s, read only by e, in s's order."""
+        if not self._in_registers(s) or readers.get(s.buffer) != [e]:
+            return None
+        (m, *more) = writers.get(s.buffer, [None])
+        if (more or not isinstance(m, Move) or m.fill is not None or self.level(m.src) != DRAM
+                or not self._same_elements(m.dst, s) or not self._plain(m.src) or not self._plain(m.dst)
+                or self.dtype(m.src) != self.dtype(m.dst)):
+            return None
+        return m
+
+    def _inlined_term(self, r, index: Idx) -> tuple[list[str], str | None]:
+        """(statements, value) of element `index` of r's source computed in place, or ([], None)."""
+        producer, skipped = self._inline_plan()
+        e = producer.get(id(r))
+        if e is None:
+            return [], None
+        writers = {}
+        for _, op in self.k.ops:
+            for s in op.writes():
+                writers.setdefault(s.buffer, []).append(op)
+        inputs = []
+        for s in e.inputs:
+            m = next((w for w in writers.get(s.buffer, []) if id(w) in skipped), None)
+            x, ok = self.load(m.src if m is not None else s, index, None)
+            if ok:
+                return [], None  # cannot happen for plain slices; keep the materialised form
+            inputs.append((x, self.dtype(s)))
+        lines, x, dt = self.render_expr(e.expr, inputs, e.compute_dtype, Elem(index))
+        return lines, self.to_storage(x, dt, self.dtype(e.out))
+
+    def reduce_loop(self, op, acc: str, ident: str, x: str, pre: str = "") -> list[str]:
+        """`acc` = the reduction of `x` (an expression of `g`, after statements `pre`) over g < group. A long group runs
         in blocks of ACCUMULATORS x BLOCK_STEPS elements, each over ACCUMULATORS independent partials of consecutive
         elements combined as a tree, the block results then in order: one serial chain would
         run at one add per FP latency, would not vectorise without reassociating (which C
@@ -1082,7 +1175,7 @@ class LoopedLanes:
         G, A, ct = op.group, self.ACCUMULATORS, self.ctype(acc)
         if G < 2 * A:
             return [f"{ct} acc = {ident};",
-                    f"for (int g = 0; g < {G}; ++g) acc = {self.combine(op.op, 'acc', f'({x})')};"]
+                    f"for (int g = 0; g < {G}; ++g) {{ {pre}{' ' if pre else ''}acc = {self.combine(op.op, 'acc', f'({x})')}; }}"]
         full, blk = G - G % A, A * self.BLOCK_STEPS
         lines = [f"{ct} acc = {ident};", f"for (int gb = 0; gb < {full}; gb += {blk}) {{",
                  f"  const int ge = gb + {blk} < {full} ? gb + {blk} : {full};",
@@ -1091,7 +1184,7 @@ class LoopedLanes:
                  # the partials are independent: said so, gcc vectorises a max/min (a select) too;
                  # not on a sum, which gcc vectorises better unmarked (a GEMV: 280 us, 527 marked)
                  *([f"    {self.simd_pragma}"] if self.simd_pragma and op.op in ("max", "min") else []),
-                 f"    for (int j = 0; j < {A}; ++j) {{ const int g = g0 + j; "
+                 f"    for (int j = 0; j < {A}; ++j) {{ const int g = g0 + j; {pre}{' ' if pre else ''}"
                  f"part[j] = {self.combine(op.op, 'part[j]', f'({x})')}; }}", "  }"]
         half = A // 2
         while half >= 1:
@@ -1099,5 +1192,5 @@ class LoopedLanes:
             half //= 2
         lines += [f"  acc = {self.combine(op.op, 'acc', 'part[0]')};", "}"]
         if G % A:
-            lines.append(f"for (int g = {full}; g < {G}; ++g) acc = {self.combine(op.op, 'acc', f'({x})')};")
+            lines.append(f"for (int g = {full}; g < {G}; ++g) {{ {pre}{' ' if pre else ''}acc = {self.combine(op.op, 'acc', f'({x})')}; }}")
         return lines
