@@ -20,6 +20,7 @@ CASES = [
     ("Conv", (1, 8, 12, 16), (3, 3), dict(group=8, pads=[1, 1, 1, 1])),
     ("Conv", (1, 4, 15, 16), (5, 5), dict(group=4, pads=[2, 2, 2, 2], strides=[1, 2])),
     ("MaxPool", (1, 4, 12, 16), (3, 3), dict(pads=[1, 1, 1, 1])),
+    ("Conv", (1, 3, 16, 18), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], out_channels=8)),  # a dense RGB stem
 ]
 
 
@@ -37,6 +38,15 @@ def test_depthwise_conv_fuses_into_blocks_of_several_warps(target):
     t = get_target(target)
     assert kernel.graph.prim.units_per_block * t.lanes_per_unit >= 128
     assert kernel.estimate.dram_bytes == 2 * 144 * 56 * 56 * 4 + 144 * 10 * 4  # x read, y written, weights and bias
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "hip:gfx90a"])
+def test_a_dense_stem_conv_fuses_into_blocks_of_several_warps(target):
+    """EfficientNet-B0's RGB stem (27 taps over 3 channels a unit): it had one-warp blocks."""
+    model = window_model("Conv", (1, 3, 224, 224), (3, 3), out_channels=32, pads=[1, 1, 1, 1], strides=[2, 2])
+    (kernel,) = plan(load(model), get_target(target)).kernels
+    assert kernel.graph.prim.units_per_block * get_target(target).lanes_per_unit >= 128
+    assert kernel.estimate.dram_bytes == (3 * 224 * 224 + 32 * 112 * 112 + 32 * 28) * 4  # x, y, weights and bias
 
 
 @pytest.mark.parametrize("backend,target", [("cuda", "cuda:sm_90"), ("hip", "hip:gfx90a")])

@@ -236,8 +236,12 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     # A whole small trailing window (a conv's or pooling's taps) per unit, the units of a block
     # along the outputs: the tiling of a reduction with one output per unit in blocks of several
     # units, so a window product and its reduction fuse in blocks of more than one warp.
-    if len(dims) > 2 and dims[-3] > 1 and dims[-2] > 1 and dims[-2] * last <= 64:
-        out += [("taps", dims[-2], last, u, 0) for u in upbs if u > 1]
+    # Also with `whole` leading window dims (a dense conv's input channels x taps, 27 for an
+    # RGB stem), so a small dense conv is not left in one-warp blocks.
+    for whole in range(0, len(dims) - 2):
+        if dims[-3 - whole] == 1 or dims[-2] == 1 or prod(dims[-2 - whole:]) > 64:
+            break
+        out += [("taps", dims[-2], last, u, whole) for u in upbs if u > 1]
     # One element per unit, last: poor alone (idle lanes), but it is the tiling of a reduction
     # with one output per unit, so an epilogue (bias, activation) can fuse into it.
     out += [("element", 1, 1, u, 0) for u in upbs]
