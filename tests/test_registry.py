@@ -53,6 +53,23 @@ def test_a_taken_target_name_is_refused_in_one_line():
         registry.register(registry.Backend("cpu", cpu.emitter, (), module="elsewhere"))
 
 
+def test_a_backend_without_an_engine_runs_in_the_interpreter(monkeypatch, capsys, tmp_path):
+    """`gir run` says so on stderr and runs the plan's kernels in the reference interpreter."""
+    from dataclasses import replace
+
+    from gir.cli import main
+    cpu = registry.backend("cpu")
+    target = replace(cpu.targets[0].describe(), name="NOENG", backend="noengine")
+    monkeypatch.setitem(registry._REGISTERED, "noengine", registry.Backend(
+        "noengine", cpu.emitter, (registry.TargetEntry("noengine", lambda: target),), module="test"))
+    model = str(models.bundled_path("sardrn"))
+    assert main(["run", model, "--target", "noengine", "--limit", "1", "-o", str(tmp_path / "y.npz")]) == 0
+    assert "NOENG (noengine) has no native engine yet: running its kernels in the interpreter engine" in \
+        capsys.readouterr().err
+    assert main(["compile", model, "--target", "noengine", "-o", str(tmp_path / "out")]) == 1
+    assert "backend 'noengine' registers no compiler: `gir compile` cannot build NOENG kernels" in capsys.readouterr().err
+
+
 # A scaffolded backend's TODO(port) places, written with the CPU dialect: what a person porting
 # GIR writes into the files `gir port new` made (docs/PORTING.md walks through each one).
 FILLED = {
