@@ -365,7 +365,8 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
 def _ranked(kernels: list[Kernel]) -> list[Kernel]:
     """Fastest first. Within RANK_TOLERANCE of the fastest the model calls it a tie, which goes
     to fewer DRAM bytes (the compulsory-traffic objective comes first), then to the structure
-    whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then to more threads per
+    whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then to a launch that
+    fills the machine (`_fills_machine`), then to more threads per
     block (more warps resident under the block limit, latency the model does not see hidden),
     then to the modelled time and the template's order."""
     fastest = min(k.estimate.seconds for k in kernels)
@@ -373,8 +374,17 @@ def _ranked(kernels: list[Kernel]) -> list[Kernel]:
     def key(k):
         if k.estimate.seconds > fastest * (1 + RANK_TOLERANCE):
             return (1, 0, 0.0, 0, k.estimate.seconds)
-        return (0, k.estimate.dram_bytes, -round(wide_share(k.graph), 3), -k.graph.prim.units_per_block, k.estimate.seconds)
+        return (0, k.estimate.dram_bytes, -round(wide_share(k.graph), 3), not _fills_machine(k.graph),
+                -k.graph.prim.units_per_block, k.estimate.seconds)
     return sorted(kernels, key=key)
+
+
+def _fills_machine(graph) -> bool:
+    """Blocks of at least 128 threads and at least two blocks per SM / CU: the launch shape a GPU
+    kernel should have unless it is tiny (a CPU's one-thread units never have it, so ties there
+    are unaffected)."""
+    t, prim = graph.target, graph.prim
+    return prim.units_per_block * t.lanes_per_unit >= 128 and prim.num_blocks >= 2 * t.processors
 
 
 def shortlist(choices: list[list], limit: int) -> list[list]:
@@ -385,7 +395,12 @@ def shortlist(choices: list[list], limit: int) -> list[list]:
     if len(choices) <= limit:
         return choices
     quick = [sum(quick_estimate(c.graph).seconds for c in chosen) for chosen in choices]
-    rest = sorted(range(1, len(choices)), key=lambda i: (quick[i], i))
+    fastest = min(quick[1:])
+
+    def key(i):  # a modelled tie goes as in _ranked (a launch-bound kernel ties all)
+        tie, prim = quick[i] <= fastest * (1 + RANK_TOLERANCE), choices[i][0].graph.prim
+        return (not tie, not _fills_machine(choices[i][0].graph) if tie else 0, -prim.units_per_block if tie else 0, quick[i], i)
+    rest = sorted(range(1, len(choices)), key=key)
     return [choices[0]] + [choices[i] for i in rest[:limit - 1]]
 
 
