@@ -26,12 +26,12 @@ MODELS = ["bert", "gpt2", "vit", "efficientnet_b0", "shufflenet_v2", "rednet50",
 
 def baseline_session(model):
     """The session with both forms switched off (what the emitter wrote before them)."""
-    saved = CpuEmitter.fuse_loops, CpuEmitter.split_interior
-    CpuEmitter.fuse_loops = CpuEmitter.split_interior = False
+    saved = CpuEmitter.fuse_loops, CpuEmitter.split_interior, CpuEmitter.inline_products
+    CpuEmitter.fuse_loops = CpuEmitter.split_interior = CpuEmitter.inline_products = False
     try:
         return Session(model, target="cpu")
     finally:
-        CpuEmitter.fuse_loops, CpuEmitter.split_interior = saved
+        CpuEmitter.fuse_loops, CpuEmitter.split_interior, CpuEmitter.inline_products = saved
 
 
 def measure(name: str, repeat: int, copy_bps: float) -> dict:

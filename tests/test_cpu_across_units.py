@@ -88,10 +88,15 @@ def _compiled_source(model, tmp_path) -> str:
 def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
     """The fused depthwise conv + SiLU (contiguous rows): outer grid axes in the OpenMP loop,
     the last one as one masked SIMD loop, offsets hoisted as 64-bit integers, row conditions
-    as bounds on the SIMD index, no branch in a mask."""
+    as bounds on the SIMD index, no branch in a mask. The row of 21 runs padded to 24, the
+    lanes past its end masked off every access that moves along it, not off the weights."""
     source = _compiled_source(window_model("Conv", (1, 24, 19, 21), (3, 3), group=24, pads=[1, 1, 1, 1]), tmp_path)
-    assert re.search(r"const int lo = 0, hi = 21;\s*#define GIR_EDGE\(c\) \(c\)\s*#pragma omp simd\s*"
-                     r"for \(int b(\d) = lo; b\1 < hi; \+\+b\1\)", source), source[-4000:]
+    m = re.search(r"const int lo = 0, hi = 24;\s*#define GIR_EDGE\(c\) \(c\)\s*#pragma omp simd\s*"
+                  r"for \(int b(\d) = lo; b\1 < hi; \+\+b\1\)", source)
+    assert m, source[-4000:]
+    b = f"b{m.group(1)}"
+    assert re.search(rf"& \({b} < 21\)\) \? g_x\[", source) and re.search(rf"if \(GIR_EDGE\(.*\({b} < 21\)\)\) g_y\[", source)
+    assert re.search(r"= g_\w*weight\w*\[o\d+\];", source), "a weight load does not move along the row: unmasked"
     assert "for (int u = 0;" not in source and "__asm__" not in source
     assert re.search(r"const long o\d+ = ", source)
     assert re.search(r"const int m\d+ = \(.*\) \? 21 : 0;", source)
