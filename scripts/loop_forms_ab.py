@@ -2,7 +2,8 @@
 (gir/backends/cstyle.py LoopedLanes, gir/backends/loop_fusion.py) against one masked loop per
 gOperator. Each zoo model's native CPU session is built twice in one process from the same
 plan (the forms change the C source, not the plan), every GIR kernel of both timed alone
-(gir.runtime.profile), the two alternating per model.
+(gir.runtime.profile), the two profiled in turn three times (a sequential A/B showed drift as
+losses of 30% on kernels an interleaved A/B of the same C found equal).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python3 scripts/loop_forms_ab.py [--models bert vit] [--repeat 5]
 
@@ -22,6 +23,7 @@ from gir.runtime import Session
 from gir.runtime.profile import copy_bandwidth, profile
 
 MODELS = ["bert", "gpt2", "vit", "efficientnet_b0", "shufflenet_v2", "rednet50", "sardrn"]
+ROUNDS = 3
 
 
 def baseline_session(model):
@@ -38,8 +40,12 @@ def measure(name: str, repeat: int, copy_bps: float) -> dict:
     model = models.build(name)
     before_s, after_s = baseline_session(model), Session(model, target="cpu")
     feeds = models.example_inputs(model, 0)
-    before = {r.name: r for r in profile(before_s, feeds, repeat) if r.kind == "kernel"}
-    after = {r.name: r for r in profile(after_s, feeds, repeat) if r.kind == "kernel"}
+    before, after = {}, {}
+    for _ in range(ROUNDS):  # alternating, each kernel's fastest median kept: drift hits both alike
+        for rows, session in ((before, before_s), (after, after_s)):
+            for r in profile(session, feeds, repeat):
+                if r.kind == "kernel" and (r.name not in rows or r.seconds < rows[r.name].seconds):
+                    rows[r.name] = r
     share = lambda r: 100 * r.gbps * 1e9 / copy_bps  # noqa: E731
     big = [k for k in after if k in before and after[k].dram_bytes >= 1 << 20]
     shares = sorted(share(after[k]) for k in big)
@@ -73,7 +79,8 @@ def main():
              f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
              f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "
              f"scripts/loop_forms_ab.py --repeat {args.repeat}`. Copy bandwidth (C loop, built like the kernels): "
-             f"{copy_bps / 1e9:.1f} GB/s. Same plan both ways; each kernel timed alone, median of {args.repeat}. "
+             f"{copy_bps / 1e9:.1f} GB/s. Same plan both ways; each kernel timed alone, median of {args.repeat}, "
+             f"the two sessions profiled in turn {ROUNDS} times and each kernel's fastest median kept. "
              "Shares are of kernels moving 1 MB or more.\n",
              "| model | GIR kernels | before ms | after ms | speed-up | median % of copy before | after | lowest % before | after |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -39,6 +39,7 @@ from gir.rewrite.tidy import tidy_slice
 
 REGISTER_FILE_BYTES = 256 * 1024  # per SM / CU: 64K 32-bit registers on NVIDIA (sm_80, sm_90) and CDNA
 SMOOTHING = 4                     # the norm that combines the overlapped terms
+ONE_THREAD_CALL_S = 2e-6          # a CPU kernel called without a team: the engine's ctypes call (gir/ir/one_thread.py)
 UNIT_SETUP = 12                   # unit-instructions every unit spends on its indices (prologue)
 ADDRESS = 1                       # unit-instructions of address arithmetic per memory instruction
 # Unit-instructions per element of each operation, as the emitters' fp32 code compiles (fast
@@ -128,7 +129,8 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
-    parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": 0.0 if one_thread else kernels * t.launch_latency_s}
+    parts |= {"barrier": barriers * waves * tm.barrier_s,
+              "launch": kernels * (ONE_THREAD_CALL_S if one_thread else t.launch_latency_s)}
     if parts["launch"] > core:
         bound = "launch"
     return Estimate(core + parts["barrier"] + parts["launch"], unique, kernels,
