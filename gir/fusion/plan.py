@@ -395,12 +395,7 @@ def shortlist(choices: list[list], limit: int) -> list[list]:
     if len(choices) <= limit:
         return choices
     quick = [sum(quick_estimate(c.graph).seconds for c in chosen) for chosen in choices]
-    fastest = min(quick[1:])
-
-    def key(i):  # a modelled tie goes as in _ranked (a launch-bound kernel ties all)
-        tie, prim = quick[i] <= fastest * (1 + RANK_TOLERANCE), choices[i][0].graph.prim
-        return (not tie, not _fills_machine(choices[i][0].graph) if tie else 0, -prim.units_per_block if tie else 0, quick[i], i)
-    rest = sorted(range(1, len(choices)), key=key)
+    rest = sorted(range(1, len(choices)), key=lambda i: (quick[i], i))
     return [choices[0]] + [choices[i] for i in rest[:limit - 1]]
 
 
