@@ -36,23 +36,16 @@ def _per_unit_sources():
 
 
 SOURCES = _per_unit_sources()
-INTERIOR = [pytest.param(c, cand, id=f"{c}-{cand.label}") for c, cand, src in SOURCES if "} else {" in src][:16]
-FUSED = [pytest.param(c, cand, id=f"{c}-{cand.label}") for c, cand, src in SOURCES if "__k = 0;" in src][:16]
+INTERIOR = [pytest.param(c, cand, id=f"interior-{c}-{cand.label}") for c, cand, src in SOURCES if "} else {" in src][:16]
+FUSED = [pytest.param(c, cand, id=f"fused-{c}-{cand.label}") for c, cand, src in SOURCES if "__k = 0;" in src][:16]
 
 
 def test_both_forms_are_exercised_by_many_templates():
     assert len(INTERIOR) >= 8 and len(FUSED) >= 8, (len(INTERIOR), len(FUSED))
 
 
-@pytest.mark.parametrize("case,cand", INTERIOR)
-def test_interior_and_border_units_match_the_interpreter(case, cand):
-    op, ts = template_cases()[case]
-    feeds = seeded_feeds(op, ts, case)
-    compare(cpu.run(cand.graph, feeds), run(cand.graph, feeds).outputs, f"{case} {cand.label}")
-
-
-@pytest.mark.parametrize("case,cand", FUSED)
-def test_fused_loops_match_the_interpreter(case, cand):
+@pytest.mark.parametrize("case,cand", INTERIOR + FUSED)
+def test_interior_split_and_fused_loops_match_the_interpreter(case, cand):
     op, ts = template_cases()[case]
     feeds = seeded_feeds(op, ts, case)
     compare(cpu.run(cand.graph, feeds), run(cand.graph, feeds).outputs, f"{case} {cand.label}")

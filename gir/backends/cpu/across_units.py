@@ -132,7 +132,7 @@ class AcrossUnits:
     def _moves_along_row(self, s) -> bool:
         """A DRAM slice of a padded row whose address moves along it: one that does not (a
         weight, a bias) is the same in-bounds address for every lane and stays unmasked (a
-        select on it kept gcc from vectorising a ShuffleNet conv: 5x slower)."""
+        select on it left a ShuffleNet depthwise conv's loop scalar: 155 -> 764 us)."""
         if not (self.across and self.padded_row and self.level(s) == DRAM):
             return False
         return self._last in self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).variables
