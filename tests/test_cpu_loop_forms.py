@@ -145,3 +145,22 @@ def test_reductions_over_computed_values_match_onnxruntime(node):
         n, out_shape = helper.make_node(node, ["x"], ["y"], axes=[2], keepdims=0), (3, 37)  # opset 17: an attribute
     model = _model([n], [("x", shape)], "y", out_shape, inits)
     _session_vs_onnxruntime(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+
+
+@pytest.mark.parametrize("rows,parallel", [(64, False), (4096, True)])
+def test_a_small_kernel_runs_without_forking_a_team(rows, parallel):
+    """Under 1 MiB of DRAM traffic a fork and join costs more than a second thread saves: the
+    kernel is a plain loop, and the time model charges it no launch and one thread."""
+    from onnx import helper
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    from gir.ir.one_thread import runs_on_one_thread
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", (rows, 128))], "y", (rows, 128))
+    (kernel,) = plan(load(model), CPU).kernels
+    (k,) = split_kernels(kernel.graph)
+    source = CpuEmitter(CPU).kernel_source(k)
+    assert ("#pragma omp parallel for" in source) == parallel
+    assert runs_on_one_thread(k.params, CPU) != parallel
+    assert (kernel.estimate.parts["launch"] > 0) == parallel
+    x = np.random.default_rng(1).standard_normal((rows, 128)).astype(np.float32)
+    _session_vs_onnxruntime(model, {"x": x})

@@ -26,6 +26,7 @@ from math import ceil, log2
 
 from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
+from gir.ir.one_thread import runs_on_one_thread
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes
 from gir.ir.dtypes import itemsize
@@ -91,9 +92,12 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     shared = sum(level_bytes(graph, SHARED).values()) if t.has_level(SHARED) else 0
 
     per_block, resident_units = _residency(graph, registers_per_lane)
-    concurrent_blocks = min(prim.num_blocks, per_block * t.processors)
+    # a small CPU kernel runs on one thread, without forking a team (gir/ir/one_thread.py)
+    one_thread = runs_on_one_thread([b for b in graph.buffers.values() if b.level == DRAM], t)
+    processors = 1 if one_thread else t.processors
+    concurrent_blocks = min(prim.num_blocks, per_block * processors)
     concurrent_units = concurrent_blocks * prim.units_per_block
-    waves = ceil(prim.num_blocks / (per_block * t.processors))
+    waves = ceil(prim.num_blocks / (per_block * processors))
     across = tm.simd_across_units and vectorises_across_units([op for _, op in graph.ops()], prim, graph.buffers)
     program = _program(graph, across)
 
@@ -109,8 +113,8 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
         latency_s = max(program.rounds * tm.dram_latency_s,
                         traffic["read"] * tm.dram_latency_s / in_flight if in_flight else 0.0)
-    per_processor = concurrent_units / t.processors
-    issue_rate = t.processors * tm.clock_hz * min(tm.issue_per_clock, per_processor / tm.alu_latency_cycles)
+    per_processor = concurrent_units / processors
+    issue_rate = processors * tm.clock_hz * min(tm.issue_per_clock, per_processor / tm.alu_latency_cycles)
     compute_s = program.instructions * prim.num_units / issue_rate
     if tm.dependent_cycles:  # one thread runs its units one after another: each op's chain is latency
         compute_s = max(compute_s, program.chain * tm.dependent_cycles * prim.num_units / (concurrent_units * tm.clock_hz))
@@ -118,13 +122,13 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     if tm.spill_bytes_per_unit and register_bytes_per_lane(graph) * t.lanes_per_unit > tm.spill_bytes_per_unit:
         # a CPU thread's register arrays beyond L1: every access to them goes to the cache
         spilled = sum(level_bytes(graph, REGISTER).values())
-        shared_s += spilled / (tm.cache_bandwidth * min(concurrent_units, t.processors))
+        shared_s += spilled / (tm.cache_bandwidth * min(concurrent_units, processors))
     parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s}
     core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
     bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
-    parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": kernels * t.launch_latency_s}
+    parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": 0.0 if one_thread else kernels * t.launch_latency_s}
     if parts["launch"] > core:
         bound = "launch"
     return Estimate(core + parts["barrier"] + parts["launch"], unique, kernels,

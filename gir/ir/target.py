@@ -59,6 +59,7 @@ class Timing:
     dependent_cycles: float = 0.0   # CPU: latency of one dependent arithmetic step within a unit (GPUs
                                     # hide it with other warps: the alu_latency_cycles term)
     simd_across_units: bool = False  # CPU: small-unit kernels run their units in SIMD lanes (gir/ir/across_units.py)
+    serial_below_bytes: int = 0      # CPU: a kernel moving fewer DRAM bytes runs on one thread (gir/ir/one_thread.py)
     source: str = ""
 
 

@@ -120,7 +120,7 @@ class AcrossUnits:
             nest += ["#define GIR_EDGE(c) (c)", *block(f"for (int {b} = 0; {b} < lo; ++{b}) {{", edge),
                      *block(f"for (int {b} = hi; {b} < {n}; ++{b}) {{", edge), "#undef GIR_EDGE",
                      "#define GIR_EDGE(c) 1", *simd, "#undef GIR_EDGE"]
-        return [*head, "  #pragma omp parallel for schedule(static)",
+        return [*head, self.team_pragma(k),
                 *block(f"  for (int r = 0; r < {prod(grid[:-1])}; ++r) {{", ["  " + ln for ln in nest], "  }"), "}"]
 
     def op_Move(self, op) -> list[str]:

@@ -4,6 +4,8 @@ the compiler vectorises the loop over SIMD lanes), so Sync(UNIT) and Sync(BLOCK)
 block) are nothing."""
 from __future__ import annotations
 
+from gir.ir.one_thread import runs_on_one_thread
+
 from ..cstyle import CStyle, LoopedLanes
 from ..kernels import EmitError, Kernel
 from ..prelude import CSpelling, shared_prelude
@@ -93,8 +95,14 @@ class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
 
     def kernel_frame(self, k: Kernel):
         head, _ = super().kernel_frame(k)
-        return [*head, "  #pragma omp parallel for schedule(static)",
-                f"  for (int u = 0; u < {k.prim.num_units}; ++u) {{"], ["  }", "}"]
+        return [*head, self.team_pragma(k), f"  for (int u = 0; u < {k.prim.num_units}; ++u) {{"], ["  }", "}"]
+
+    def team_pragma(self, k: Kernel) -> str:
+        """The OpenMP team over the outer loop, or none for a kernel that moves too little to
+        pay for forking one (gir/ir/one_thread.py)."""
+        if runs_on_one_thread(k.params, self.target):
+            return "  /* one thread: under the bytes a fork and join of the team costs (gir/ir/one_thread.py) */"
+        return "  #pragma omp parallel for schedule(static)"
 
     def prologue(self, k: Kernel) -> list[str]:
         upb = k.prim.units_per_block

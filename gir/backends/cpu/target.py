@@ -20,6 +20,7 @@ CPU_NOMINAL_TIMING = Timing(
     spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
     dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
     simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
+    serial_below_bytes=1 << 20,           # a fork and join (38 us measured, PASSIVE) ~ streaming 1 MiB on one thread
     source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")
 
 

@@ -1,0 +1,19 @@
+"""Which CPU kernels run on one thread: the rule the C emitter and the time model share.
+
+Forking and joining the OpenMP team costs tens of microseconds here (38 us measured by `gir
+calibrate` with the engine's OMP_WAIT_POLICY=PASSIVE, which keeps waiting threads off a core
+another process needs), about what one thread takes to stream 1 MiB. A kernel that moves less
+gains nothing from a second thread, and a model of many small kernels (ShuffleNet, GPT-2
+decode) paid more in forks than in work: ShuffleNet-v2 ran 16.6 ms with two threads against
+5.8 ms with one. Such a kernel is a plain loop, called without a team.
+"""
+from __future__ import annotations
+
+from .dtypes import itemsize
+
+
+def runs_on_one_thread(dram_buffers, target) -> bool:
+    """`dram_buffers`: the DRAM buffers a kernel reads or writes (whole: an upper bound on what
+    it moves). True where the target runs such a kernel without forking a team."""
+    limit = getattr(target.timing, "serial_below_bytes", 0)
+    return bool(limit) and sum(b.size * itemsize(b.dtype) for b in dram_buffers) < limit
