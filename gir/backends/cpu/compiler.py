@@ -26,7 +26,10 @@ CC = os.environ.get("CC", "cc")
 # AVX-512, not SSE2 only), so a library is built for the CPU it runs on and its cache key holds
 # the CPU (host_cpu); -fno-math-errno lets sqrtf & co. inline instead of calling libm for errno.
 # -std=c11 keeps -ffp-contract=off: no fused multiply-adds, the same rounding as the reference.
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+# -mno-red-zone: gcc 12.2 at -O3 -march=native placed a leaf kernel's stack arrays in the red
+# zone 8 bytes off the 16 its vmovdqa needs (a segfault in a one-thread Upsample kernel, where
+# the frame pointer was set up without realigning); with the frame allocated it aligns them.
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-mno-red-zone", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 
 # libgomp reads its settings once, when the first OpenMP library is loaded. Its default policy
 # spins between parallel regions; next to numpy's OpenBLAS pool (library ops), which spins too,
