@@ -14,6 +14,8 @@ writes OUT.json and OUT.md. Nothing is paired: interleaving runtimes in one proc
 the one after a run of the other (issue 25). --rounds R repeats the processes of one model and
 thread count R times, runtimes in turn, and keeps each runtime's fastest median: on a machine
 shared with other work, a slow round is another process's load, not the runtime's.
+--busy also times each runtime while a CPU-bound process (a pure Python loop) holds one core,
+right after its idle process, and prints busy/idle per runtime (issue 25 asks <= 2.5x).
 """
 import argparse
 import json
@@ -57,6 +59,19 @@ def child(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
             "session_s": ready, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "path": path}
 
 
+class Hog:
+    """A CPU-bound process for the duration of a `with` block: one core is taken."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.2)  # let it reach the scheduler's run queue
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+
+
 def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before: str | None = None) -> dict:
     """One child process. `gir-before`: GIR from the checkout `before` (PYTHONPATH and its own
     compile cache under it), for before/after tables."""
@@ -78,7 +93,9 @@ def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before
 def table(rows: list[dict], runtimes: list[str]) -> str:
     by = {(r["model"], r["threads"], r["runtime"]): r for r in rows}
     gir_runtimes = [r for r in runtimes if r != "ort"]
+    busy = any("busy_ms" in r for r in rows)
     head = (["model", "threads"] + [f"{r} ms" for r in runtimes] + [f"{r}/ort" for r in gir_runtimes]
+            + ([f"{r} busy ms (busy/idle)" for r in runtimes] if busy else [])
             + [f"{r} peak MB" for r in runtimes])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, threads in dict.fromkeys((r["model"], r["threads"]) for r in rows):
@@ -86,6 +103,9 @@ def table(rows: list[dict], runtimes: list[str]) -> str:
         ms = {rt: by.get((model, threads, rt), {}).get("ms") for rt in runtimes}
         cells += [f"{ms[rt]:.2f}" if ms[rt] else "error" for rt in runtimes]
         cells += [f"{ms[rt] / ms['ort']:.2f}x" if ms[rt] and ms.get("ort") else "" for rt in gir_runtimes]
+        if busy:
+            slow = {rt: by.get((model, threads, rt), {}).get("busy_ms") for rt in runtimes}
+            cells += [f"{slow[rt]:.2f} ({slow[rt] / ms[rt]:.2f}x)" if slow[rt] and ms[rt] else "" for rt in runtimes]
         cells += [f"{by[(model, threads, rt)]['peak_mb']:.0f}" if ms[rt] else "" for rt in runtimes]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -107,6 +127,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--busy", action="store_true", help="also time each runtime with one core taken by another process")
     ap.add_argument("--out")
     args = ap.parse_args()
     runtimes = (["gir-before"] if args.before else []) + args.runtimes
@@ -120,6 +141,9 @@ def main():
             for _ in range(args.rounds):
                 for runtime in runtimes:
                     row = measure(name, runtime, threads, args.runs, args.tiny, args.before)
+                    if args.busy and "ms" in row:
+                        with Hog():
+                            row["busy_ms"] = measure(name, runtime, threads, args.runs, args.tiny, args.before).get("ms")
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     if runtime not in best or row.get("ms", float("inf")) < best[runtime].get("ms", float("inf")):
                         best[runtime] = row
@@ -133,7 +157,9 @@ def main():
             f.write(f"# GIR and onnxruntime on the CPU, each alone in its own process\n\n"
                     f"`{' '.join(['python3'] + sys.argv)}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
                     f"{os.cpu_count()} cores; median of {args.runs} runs after one warm-up, fastest of "
-                    f"{args.rounds} round(s).\n\n{text}\n")
+                    f"{args.rounds} round(s)"
+                    + ("; busy: the same, while a pure-Python loop in another process holds a core" if args.busy else "")
+                    + f".\n\n{text}\n")
 
 
 if __name__ == "__main__":
