@@ -71,9 +71,24 @@ def _close(got, want):
 @needs_onednn
 @pytest.mark.parametrize("case", CONVS)
 @pytest.mark.parametrize("blocked", [False, True])
-def test_conv_on_onednn(case, blocked):
+@pytest.mark.parametrize("threads", [0, 1])
+def test_conv_on_onednn(case, blocked, threads):
     op, tensors, values, want = _conv_case(case)
-    _close(_run_dnnl(op, tensors, values, ["w"], blocked=blocked), want)
+    _close(_run_dnnl(op, tensors, values, ["w"], choice=(blocked, threads)), want)
+
+
+@needs_onednn
+def test_a_small_conv_is_timed_on_one_thread_and_the_pool_is_left_as_it_was():
+    """Below TIME_ONE_THREAD_BELOW multiply-adds both thread counts are made and timed; a run
+    of a one-thread primitive restores the pool's size for the kernels after it."""
+    op, tensors, values, want = _conv_case("grouped_strided_dilated")
+    assert onednn._macs(op, tensors) < onednn.TIME_ONE_THREAD_BELOW
+    lib = onednn.library()
+    pool = lib.gir_dnnl_pool()
+    made = onednn.prepare(op, tensors, {"w": values["w"].reshape(-1)})
+    assert made.choice in {(b, n) for b in (False, True) for n in ((0, 1) if pool > 1 else (0,))}
+    _close(_run_dnnl(op, tensors, values, ["w"], choice=(True, 1)), want)
+    assert lib.gir_dnnl_pool() == pool
 
 
 @needs_onednn
@@ -83,10 +98,10 @@ def test_a_large_conv_gets_the_faster_layout():
         op, tensors, values, want = _conv_case("large")
     finally:
         del CONVS["large"]
-    assert onednn._macs(op, tensors) > onednn.TIME_LAYOUTS_ABOVE  # both layouts are timed
+    assert onednn._macs(op, tensors) > onednn.TIME_ONE_THREAD_BELOW
     made = onednn.prepare(op, tensors, {"w": values["w"].reshape(-1)})
-    assert made.blocked in (False, True)
-    _close(_run_dnnl(op, tensors, values, ["w"], blocked=made.blocked), want)
+    assert made.choice in ((False, 0), (True, 0))  # both layouts timed, too large for one thread
+    _close(_run_dnnl(op, tensors, values, ["w"], choice=made.choice), want)
 
 
 @needs_onednn

@@ -63,7 +63,7 @@ def _load() -> ctypes.CDLL | None:
     try:
         lib = cached_library(toolchain, CC, ["-O2", "-shared", "-fPIC", "-std=c11", f"-I{include}"],
                              SHIM.read_text(), ".c", "the oneDNN shim", f"the CPU ({CC})",
-                             libraries=(str(lib_path), f"-Wl,-rpath,{libdir}"))
+                             libraries=(str(lib_path), f"-Wl,-rpath,{libdir}", "-lgomp"))
     except Exception as err:  # noqa: BLE001 -- no compiler or a failed build: numpy runs the ops
         _why.append(f"the oneDNN shim did not build ({str(err).splitlines()[0]})")
         return None
@@ -75,6 +75,9 @@ def _load() -> ctypes.CDLL | None:
     lib.gir_dnnl_run.argtypes = [vp] * 7
     lib.gir_dnnl_staging_bytes.argtypes, lib.gir_dnnl_staging_bytes.restype = [vp, ctypes.c_int], ctypes.c_int64
     lib.gir_dnnl_free.argtypes, lib.gir_dnnl_free.restype = [vp], None
+    lib.gir_dnnl_threads.argtypes, lib.gir_dnnl_threads.restype = [ctypes.c_int], ctypes.c_int
+    lib.gir_dnnl_pool.argtypes, lib.gir_dnnl_pool.restype = [], ctypes.c_int
+    lib.gir_dnnl_set_op_threads.argtypes, lib.gir_dnnl_set_op_threads.restype = [vp, ctypes.c_int], None
     lib.gir_dnnl_version.argtypes, lib.gir_dnnl_version.restype = [ctypes.POINTER(ctypes.c_int)], None
     if lib.gir_dnnl_init():
         _why.append("oneDNN found no CPU engine")
@@ -116,9 +119,16 @@ class DnnlOp:
 
     def __init__(self, lib, handle, impl: str, operands: list, keep: list):
         self.lib, self.handle, self.impl, self.operands = lib, handle, impl, operands
+        self.threads = 0  # OpenMP threads a run uses; 0: the pool's default
+        self.blocked = False
         self._keep = keep  # arrays the primitive was created from (constant weights stay alive)
         self.staging = tuple(int(lib.gir_dnnl_staging_bytes(handle, i)) for i in (0, 1))
         self.stage(*(aligned_bytes(n) for n in self.staging))
+
+    @property
+    def choice(self) -> tuple[bool, int]:
+        """(blocked, threads): what `prepare` takes to make this primitive again."""
+        return self.blocked, self.threads
 
     def stage(self, src: np.ndarray, dst: np.ndarray) -> None:
         assert src.nbytes >= self.staging[0] and dst.nbytes >= self.staging[1]
@@ -136,36 +146,46 @@ class DnnlOp:
             self.handle = None
 
 
-# A conv of more multiply-adds than this has both activation layouts timed when it is prepared.
-TIME_LAYOUTS_ABOVE = 20_000_000
+# An op of fewer multiply-adds than this is also made for one thread and timed both ways: one
+# thread computes ~1M multiply-adds in the ~38 us that forking and joining the pool costs here
+# with OMP_WAIT_POLICY=PASSIVE (gir calibrate), so small convs can lose more to the fork than
+# the second thread saves them (EfficientNet-B0's and ShuffleNet's late 1x1 convs).
+TIME_ONE_THREAD_BELOW = 8_000_000
 
 
-def prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool | None = None) -> DnnlOp | str:
+def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = None) -> DnnlOp | str:
     """A primitive for `op`, or the reason numpy runs it. `constants`: name -> flat array of the
-    graph's constant tensors (weights reordered from them now). `blocked` (convs): activations
-    reordered into oneDNN's own layout and back at each run (True) or read and written in place
-    as NCHW (False); None chooses: a conv of more than TIME_LAYOUTS_ABOVE multiply-adds is run
-    both ways on zeros and the faster kept, a smaller one is blocked. The choice is `.blocked`.
-    Why time: neither wins everywhere. On 2 AMD EPYC (AVX-512) cores, one thread, reorders
-    included: a dilated 3x3 conv of 64 channels at 256x256 54 ms plain against 73 blocked
-    (transposing 16 MB activations out of cache costs 5-9 ms each way), at 56x56 2.2 against
-    2.2, a strided 1x1 conv (256 -> 512 at 56x56) 6.7 plain against 2.7 blocked; a depthwise 3x3
-    at 144x56x56 0.55 both ways (onnxruntime: 0.25)."""
-    if blocked is None and op.kind == "conv" and _macs(op, tensors) > TIME_LAYOUTS_ABOVE:
-        made = [prepare(op, tensors, constants, b) for b in (False, True)]
-        ok = [m for m in made if not isinstance(m, str)]
-        if len(ok) < 2:
-            return ok[0] if ok else made[0]
-        return min(ok, key=lambda m: _timed(m, op, tensors))
-    made = _prepare(op, tensors, constants, True if blocked is None else blocked)
-    if not isinstance(made, str):
-        made.blocked = bool(blocked is None or blocked) if op.kind == "conv" else False
-    return made
+    graph's constant tensors (weights reordered from them now). `choice`: (blocked, threads) as
+    chosen before (a session read back from the cache), or None to choose now; the primitive's
+    own is `.choice`.
+    Every choice an op has is made and run on zeros (`_timed`), and the fastest kept:
+    - blocked (convs): activations reordered into oneDNN's own layout and back at each run
+      (True) or read and written in place as NCHW (False). Neither wins everywhere. On 2 AMD
+      EPYC (AVX-512) cores, one thread, reorders included: a dilated 3x3 conv of 64 channels at
+      256x256 54 ms plain against 73 blocked (transposing 16 MB activations out of cache costs
+      5-9 ms each way), a strided 1x1 conv (256 -> 512 at 56x56) 6.7 plain against 2.7 blocked;
+      EfficientNet-B0's small 1x1 convs mostly run faster plain (no reorder: oneDNN's GEMM).
+    - threads (ops of fewer than TIME_ONE_THREAD_BELOW multiply-adds, where the pool has more
+      than one thread): 1, made for and run on one thread, or 0, the pool's default."""
+    if choice is not None:
+        return _prepare(op, tensors, constants, *choice)
+    lib = library()
+    layouts = (True, False) if op.kind == "conv" else (False,)
+    threads = (0, 1) if lib is not None and lib.gir_dnnl_pool() > 1 and _macs(op, tensors) < TIME_ONE_THREAD_BELOW else (0,)
+    made = [_prepare(op, tensors, constants, b, n) for b in layouts for n in threads]
+    ok = [m for m in made if not isinstance(m, str)]
+    if len(ok) < 2:
+        return ok[0] if ok else made[0]
+    return min(ok, key=lambda m: _timed(m, op, tensors))
 
 
 def _macs(op: BasicOp, tensors: dict) -> int:
+    """Multiply-adds of a conv or matmul."""
     w, y = tensors[op.inputs[1]], tensors[op.outputs[0]]
-    return y.size * int(np.prod(w.shape[1:]))
+    if op.kind == "conv":
+        return y.size * int(np.prod(w.shape[1:]))
+    a = tensors[op.inputs[0]]
+    return y.size * (a.shape[-1] if a.shape else 1)
 
 
 def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2) -> float:
@@ -186,10 +206,26 @@ def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2) -> float:
     return best
 
 
-def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> DnnlOp | str:
+def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool, threads: int) -> DnnlOp | str:
+    """The primitive for one choice (see `prepare`); created under `threads` OpenMP threads
+    (oneDNN splits its work for the threads it sees then) and run on them."""
     lib = library()
     if lib is None:
         return unavailable()
+    if not threads:
+        return _create(lib, op, tensors, constants, blocked)
+    pool = lib.gir_dnnl_threads(threads)
+    try:
+        made = _create(lib, op, tensors, constants, blocked)
+    finally:
+        lib.gir_dnnl_threads(pool)
+    if not isinstance(made, str):
+        lib.gir_dnnl_set_op_threads(made.handle, threads)
+        made.threads = threads
+    return made
+
+
+def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> DnnlOp | str:
     ts = [tensors[n] for n in (*op.inputs, *op.outputs)]
     if any(t.dtype != "float32" for t in ts):
         return f"{'/'.join(sorted({t.dtype for t in ts}))} (oneDNN runs float32 here)"
@@ -233,4 +269,6 @@ def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> Dnnl
         if handle.value:
             lib.gir_dnnl_free(handle)
         return f"oneDNN refused it (status {status})"
-    return DnnlOp(lib, handle, impl.value.decode(errors="replace"), operands, keep)
+    made = DnnlOp(lib, handle, impl.value.decode(errors="replace"), operands, keep)
+    made.blocked = blocked and op.kind == "conv"
+    return made

@@ -8,6 +8,10 @@
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 
+/* libgomp's, which libdnnl (the gomp build) and GIR's kernels share */
+extern void omp_set_num_threads(int n);
+extern int omp_get_max_threads(void);
+
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
@@ -20,6 +24,7 @@ typedef struct {
     dnnl_memory_t src_user, dst_user;
     dnnl_primitive_t src_reorder, dst_reorder;
     int wei_const, has_bias;
+    int threads; /* OpenMP threads a run uses: 0 = the pool's default */
 } gir_op;
 
 #define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) return (int)s_; } while (0)
@@ -225,7 +230,32 @@ int64_t gir_dnnl_staging_bytes(gir_op *op, int which) {
 /* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot, and
  * staging buffers for src and dst in the primitive's layout (of gir_dnnl_staging_bytes; shared
  * by every op of a session, which run one at a time). */
+static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage);
+
 int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage) {
+    if (!op->threads) return run_op(op, src, wei, bias, dst, src_stage, dst_stage);
+    int pool = omp_get_max_threads();
+    omp_set_num_threads(op->threads);
+    int status = run_op(op, src, wei, bias, dst, src_stage, dst_stage);
+    omp_set_num_threads(pool);
+    return status;
+}
+
+/* The threads the next primitive is created for and the previous pool size. oneDNN's jit
+ * kernels split their work for omp_get_max_threads() when the primitive is made and fork that
+ * many at each run, so a small op meant to run on one thread is also created on one. */
+int gir_dnnl_threads(int n) {
+    int pool = omp_get_max_threads();
+    omp_set_num_threads(n);
+    return pool;
+}
+
+void gir_dnnl_set_op_threads(gir_op *op, int n) { op->threads = n; }
+
+/* The pool's size: what a run of an op with threads = 0 forks. */
+int gir_dnnl_pool(void) { return omp_get_max_threads(); }
+
+static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage) {
     dnnl_exec_arg_t args[5];
     int n = 0;
     if (op->src_reorder) CHECK(dnnl_memory_set_data_handle(op->src, src_stage));

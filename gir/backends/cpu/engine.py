@@ -32,8 +32,8 @@ class NativeCpuEngine:
     does (`library_note` says why), both with counts, or "none" for a plan without library
     ops; `library_ops` maps each library op's name to its oneDNN implementation or the reason
     numpy runs it. `library` chooses: None (oneDNN where it can, $GIR_CPU_LIBRARY=numpy turns
-    it off) or "numpy". `layouts`: conv op name -> blocked or not (onednn.prepare), as chosen
-    before (a session read back from the cache); the engine's own choices are its `layouts`."""
+    it off) or "numpy". `layouts`: library op name -> (blocked, threads) (onednn.prepare), as
+    chosen before (a session read back from the cache); the engine's own choices are its `layouts`."""
 
     def __init__(self, plan, memory: MemoryPlan, library: str | None = None, layouts: dict | None = None):
         self.plan, self.memory = plan, memory
@@ -68,9 +68,9 @@ class NativeCpuEngine:
                     self.library_ops[call.name] = f"numpy: {made}"
                 else:
                     self.dnnl[c] = made
-                    self.library_ops[call.name] = f"onednn: {made.impl}" + (" (blocked)" if made.blocked else "")
-                    if call.kind == "conv":
-                        self.layouts[call.name] = made.blocked
+                    self.library_ops[call.name] = (f"onednn: {made.impl}" + (" (blocked)" if made.blocked else "")
+                                                   + (" (one thread)" if made.threads == 1 else ""))
+                    self.layouts[call.name] = made.choice
         if self.dnnl:  # one pair of staging buffers for every primitive (ops run one at a time)
             src_stage, dst_stage = (onednn.aligned_bytes(max(d.staging[i] for d in self.dnnl.values()))
                                     for i in (0, 1))
