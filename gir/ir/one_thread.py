@@ -1,8 +1,9 @@
 """Which CPU kernels run on one thread: the rule the C emitter and the time model share.
 
 Forking and joining the OpenMP team costs tens of microseconds here (38 us measured by `gir
-calibrate` with the engine's OMP_WAIT_POLICY=PASSIVE, which keeps waiting threads off a core
-another process needs), about what one thread takes to stream 1 MiB. A kernel that moves less
+calibrate` with passive waits; the engine's 1000 spins, gir/backends/cpu/compiler.py, save
+part of it only when regions follow each other closely), about what one thread takes to stream
+1 MiB. A kernel that moves less
 gains nothing from a second thread, and a model of many small kernels (ShuffleNet, GPT-2
 decode) paid more in forks than in work: ShuffleNet-v2 ran 16.6 ms with two threads against
 5.8 ms with one. Such a kernel is a plain loop, called without a team.

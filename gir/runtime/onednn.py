@@ -148,7 +148,7 @@ class DnnlOp:
 
 # An op of fewer multiply-adds than this is also made for one thread and timed both ways: one
 # thread computes ~1M multiply-adds in the ~38 us that forking and joining the pool costs here
-# with OMP_WAIT_POLICY=PASSIVE (gir calibrate), so small convs can lose more to the fork than
+# with passive waits (gir calibrate), so small convs can lose more to the fork than
 # the second thread saves them (EfficientNet-B0's and ShuffleNet's late 1x1 convs).
 TIME_ONE_THREAD_BELOW = 8_000_000
 
