@@ -147,14 +147,18 @@ def test_reductions_over_computed_values_match_onnxruntime(node):
     _session_vs_onnxruntime(model, {"x": rng.standard_normal(shape).astype(np.float32)})
 
 
-@pytest.mark.parametrize("rows,parallel", [(64, False), (4096, True)])
-def test_a_small_kernel_runs_without_forking_a_team(rows, parallel):
-    """Under 1 MiB of DRAM traffic a fork and join costs more than a second thread saves: the
-    kernel is a plain loop, and the time model charges it no launch and one thread."""
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_small_kernel_runs_without_forking_a_team(parallel):
+    """Under the target's serial_below_bytes (what one thread streams while a team forks and
+    joins) a second thread saves less than the fork costs: the kernel is a plain loop, and the
+    time model charges it no launch and one thread."""
     from onnx import helper
     from gir.frontend import load
     from gir.fusion.plan import plan
     from gir.ir.one_thread import runs_on_one_thread
+    limit = CPU.timing.serial_below_bytes
+    row_bytes = 2 * 128 * 4  # x and y
+    rows = max(2 * limit // row_bytes, 4096) if parallel else max(limit // (2 * row_bytes), 1)
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", (rows, 128))], "y", (rows, 128))
     (kernel,) = plan(load(model), CPU).kernels
     (k,) = split_kernels(kernel.graph)

@@ -28,7 +28,7 @@ from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
 from gir.ir.one_thread import runs_on_one_thread
 from gir.ir.cost import accesses as accesses_at
-from gir.ir.cost import dram_footprint_by_buffer, level_bytes
+from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
 from gir.ir.expr import Call, postorder
 from gir.ir.gops import Broadcast, Elementwise, Gather, Move, Reduce
@@ -73,7 +73,26 @@ def estimate(graph: GIRGraph, registers_per_lane: int | None = None) -> Estimate
     """`registers_per_lane`: 32-bit registers the compiled kernel uses (ptxas's report, the HIP
     code object's VGPRs): occupancy from those instead of the IR's register estimate."""
     by_buffer = dram_footprint_by_buffer(graph)
-    return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane)
+    return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane,
+                     _cache_rereads(graph, by_buffer))
+
+
+def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
+    """DRAM-level re-reads (accesses beyond each buffer's distinct bytes) that come from the
+    cache: all of them on a GPU; on a CPU those of buffers larger than its L1 data cache (the
+    `spill_bytes_per_unit` bound). A small buffer every unit re-reads (GEMV's x, a LayerNorm's
+    gamma) stays in L1 while the streams pass: its loads are in the issue term already. A
+    GEMV over a materialised product (x [768] re-read by all 8192 outputs) had its re-reads
+    charged as 25 MB of cache traffic, ranking the forms that re-read it last (they measured
+    first: results/perf_model_rank_gemv.md)."""
+    per_buffer: dict[tuple[str, str], int] = {}
+    for _, key, s, buf in accesses_at(graph, DRAM):
+        n = valid_count(s, graph.prim) * itemsize(buf.dtype)
+        per_buffer[key, s.buffer] = per_buffer.get((key, s.buffer), 0) + n
+    l1 = graph.target.timing.spill_bytes_per_unit
+    def in_l1(key, name) -> bool:
+        return bool(l1) and graph.buffers[name].role in ("input", "const") and by_buffer.get((key, name), 0) <= l1
+    return sum(max(0, n - by_buffer.get(k, 0)) for k, n in per_buffer.items() if not in_l1(*k))
 
 
 def quick_estimate(graph: GIRGraph) -> Estimate:
@@ -85,7 +104,10 @@ def quick_estimate(graph: GIRGraph) -> Estimate:
     return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic)
 
 
-def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, registers_per_lane: int | None = None) -> Estimate:
+def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, registers_per_lane: int | None = None,
+              cache_rereads: int | None = None) -> Estimate:
+    """`cache_rereads`: re-read bytes the cache serves (`_cache_rereads`); None: every access
+    beyond `unique`."""
     t, prim = graph.target, graph.prim
     tm = t.timing
     accesses = traffic["read"] + traffic["write"]
@@ -103,7 +125,7 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
 
     # re-reads come from the cache; across units they are a row's overlapping windows, vector
     # loads from L1 that the issue term already counts
-    rereads = 0 if across else max(0, accesses - unique)
+    rereads = 0 if across else max(0, accesses - unique) if cache_rereads is None else cache_rereads
     dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
         # across units, a row's neighbouring windows overlap in L1: only distinct bytes stream

@@ -1,12 +1,12 @@
 """Which CPU kernels run on one thread: the rule the C emitter and the time model share.
 
-Forking and joining the OpenMP team costs tens of microseconds here (38 us measured by `gir
-calibrate` with passive waits; the engine's 1000 spins, gir/backends/cpu/compiler.py, save
-part of it only when regions follow each other closely), about what one thread takes to stream
-1 MiB. A kernel that moves less
+A kernel that moves fewer bytes than one thread streams while the OpenMP team forks and joins
 gains nothing from a second thread, and a model of many small kernels (ShuffleNet, GPT-2
 decode) paid more in forks than in work: ShuffleNet-v2 ran 16.6 ms with two threads against
-5.8 ms with one. Such a kernel is a plain loop, called without a team.
+5.8 ms with one when waits were passive (a fork and join 38 us). The bound is the target's
+`serial_below_bytes`: `gir calibrate`'s launch cost x one thread's copy bandwidth (76 KB here
+with the engine's 1000 spins, gir/backends/cpu/compiler.py: a fork of awake threads, 2.4 us).
+Such a kernel is a plain loop, called without a team.
 """
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ CPU_NOMINAL_TIMING = Timing(
     spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
     dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
     simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
-    serial_below_bytes=1 << 20,           # a fork and join (38 us measured, PASSIVE) ~ streaming 1 MiB on one thread
+    serial_below_bytes=20_000,            # what one thread streams (10 GB/s) in a fork and join (2 us); calibrated:
+                                          # launch_s x unit_bandwidth (calibration.serial_below)
     source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")
 
 
