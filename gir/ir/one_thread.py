@@ -3,9 +3,12 @@
 A kernel that moves fewer bytes than one thread streams while the OpenMP team forks and joins
 gains nothing from a second thread, and a model of many small kernels (ShuffleNet, GPT-2
 decode) paid more in forks than in work: ShuffleNet-v2 ran 16.6 ms with two threads against
-5.8 ms with one when waits were passive (a fork and join 38 us). The bound is the target's
-`serial_below_bytes`: `gir calibrate`'s launch cost x one thread's copy bandwidth (76 KB here
-with the engine's 1000 spins, gir/backends/cpu/compiler.py: a fork of awake threads, 2.4 us).
+5.8 ms with one when waits were passive. The bound (the CPU target's `serial_below_bytes`,
+1 MiB) is set by a fork whose threads sleep: 38 us measured by `gir calibrate` with passive
+waits, which is also what a fork costs when another process holds a core. With the engine's
+1000 spins (gir/backends/cpu/compiler.py) an idle fork of awake threads measures 2.4 us, and a
+bound from that (76 KB) made ShuffleNet-v2 faster idle (4.47 -> 3.70 ms) but 3.8x slower with
+a busy core against 2.45x (results/bench_cpu.md, run 6): the bound stays at 1 MiB.
 Such a kernel is a plain loop, called without a team.
 """
 from __future__ import annotations

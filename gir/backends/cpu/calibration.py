@@ -75,14 +75,7 @@ class Calibration:
         from .target import CPU_NOMINAL_TIMING
         return replace(CPU_NOMINAL_TIMING, issue_per_clock=self.issue_per_s / CPU_NOMINAL_TIMING.clock_hz,
                        unit_bandwidth=self.unit_bandwidth, dependent_cycles=self.dependent_cycles,
-                       serial_below_bytes=serial_below(self.launch_s, self.unit_bandwidth),
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
-
-
-def serial_below(launch_s: float, unit_bandwidth: float) -> int:
-    """Bytes one thread streams while the team forks and joins: a kernel moving fewer gains
-    nothing from more threads (gir/ir/one_thread.py)."""
-    return int(launch_s * unit_bandwidth)
 
 
 def _path() -> Path:

@@ -20,8 +20,8 @@ CPU_NOMINAL_TIMING = Timing(
     spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
     dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
     simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
-    serial_below_bytes=20_000,            # what one thread streams (10 GB/s) in a fork and join (2 us); calibrated:
-                                          # launch_s x unit_bandwidth (calibration.serial_below)
+    serial_below_bytes=1 << 20,           # what one thread streams (~30 GB/s) while a team of sleeping threads
+                                          # forks and joins (38 us measured, passive waits): see gir/ir/one_thread.py
     source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")
 
 
