@@ -499,7 +499,7 @@ def note(result: dict, command: str) -> str:
     a, t = result["agreement"], result["target"]
     lines = [f"# Performance model ranking against measured time: {result['what']} {tuple(result['shape'])}", "",
              f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}: {cpu_name()}, {os.cpu_count()} cores, "
-             f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+             f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
              f"1-minute load average {result['load_average'][0]:.2f} before the timing, {result['load_average'][1]:.2f} after "
              f"(other jobs share the cores).", f"Command: `{command}`", "",
              f"Target `cpu` as modelled: {t['processors']} processors, {t['lanes_per_unit']} lanes, DRAM "
