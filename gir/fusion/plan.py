@@ -117,8 +117,27 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
             progress(i, len(part.subgraphs), ", ".join(op.name for op in ops[:3]) + (" ..." if len(ops) > 3 else ""))
         result.subgraphs.append(_plan_subgraph(g, ops, target, limit, cache, result.aliases, (given_graph, given), lowers))
     result.steps = _order(g, part.library, result.kernels, result.aliases)
+    pruned = without_dead_constants(result)
+    result.graph, result.partition = pruned, replace(result.partition, graph=pruned)
     result.search_seconds = time.perf_counter() - start
     return result
+
+
+def without_dead_constants(p: Plan) -> BasicGraph:
+    """The plan's graph without the constants nothing reads: no op of the graph, no kernel's
+    buffer, no library step, no alias, not an output. Folding a layout into its reader leaves
+    its constant operand behind (GPT-2 decode kept each weight three times: as given, as
+    `weight_T` and as `expand_b`, 1.64 GB of constants for 0.65 GB of weights), and the engine,
+    the session cache and its load time paid for all of them."""
+    g = p.graph
+    used = {t for op in g.ops for t in (*op.inputs, *op.outputs)} | set(g.inputs) | set(g.outputs)
+    used |= set(p.aliases) | set(p.aliases.values())
+    used |= {b for k in p.kernels for b in k.graph.buffers}
+    used |= {t for s in p.steps if isinstance(s, BasicOp) for t in (*s.inputs, *s.outputs)}
+    dead = {n for n, t in g.tensors.items() if t.value is not None and n not in used}
+    if not dead:
+        return g
+    return replace(g, tensors={n: t for n, t in g.tensors.items() if n not in dead})
 
 
 def _fold_shape_only(graph: BasicGraph) -> BasicGraph:
