@@ -182,13 +182,50 @@ def _aligned(n: int) -> int:
     return -(-n // _BUFFER_ALIGN) * _BUFFER_ALIGN
 
 
+# A BufferStore kind holds whole sessions with their weights, one entry per model, target and GIR
+# version: without a bound it grew to 22 GB on a development machine in a day of edits.
+BUFFER_STORE_BYTES = 8 << 30
+BUFFER_STORE_ENV = "GIR_CACHE_SESSION_GB"
+
+
+def buffer_store_budget() -> int:
+    """Bytes a BufferStore kind may hold: $GIR_CACHE_SESSION_GB (a number of GiB), else 8 GiB."""
+    try:
+        return int(float(os.environ[BUFFER_STORE_ENV]) * (1 << 30))
+    except (KeyError, ValueError):
+        return BUFFER_STORE_BYTES
+
+
+def trim(folder: Path, budget: int, keep: Path | None = None) -> int:
+    """Remove the least recently used entries of `folder` (by modification time: a read
+    touches its entry) until it holds at most `budget` bytes, never `keep` (the entry just
+    written). Returns the bytes freed."""
+    entries = []
+    for path in folder.glob("*"):
+        with suppress(OSError):
+            if path.is_file() and not path.name.startswith(".tmp-"):
+                st = path.stat()
+                entries.append((st.st_mtime_ns, st.st_size, path))
+    total, freed = sum(size for _, size, _ in entries), 0
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+        if total - freed <= budget:
+            break
+        if keep is not None and path == keep:
+            continue
+        with suppress(OSError):
+            path.unlink()
+            freed += size
+    return freed
+
+
 class BufferStore(Store):
     """A Store for values that hold large arrays (a session's plan with the model's weights):
     numpy's buffers are pickled out of band (protocol 5) and written after the pickle, and read
     back into one 64-byte aligned block that the arrays then view, so an entry costs its size
     in memory once, not three times (file bytes, payload copy, arrays). Layout: magic, sha256 of
     the rest, the number of parts and each part's length (8 bytes each), then the parts (the
-    pickle, the buffers), each starting at a multiple of 64 bytes from the file's start."""
+    pickle, the buffers), each starting at a multiple of 64 bytes from the file's start.
+    The kind's folder is kept under `buffer_store_budget()` bytes, least recently used first."""
 
     def _load(self, key):
         import numpy as np
@@ -218,7 +255,10 @@ class BufferStore(Store):
                 at += part
             if at != size:
                 raise ValueError("length")
-            return True, pickle.loads(parts[0], buffers=parts[1:])
+            value = pickle.loads(parts[0], buffers=parts[1:])
+            with suppress(OSError):
+                os.utime(path)  # recently used: `trim` removes it last
+            return True, value
         except Exception:  # noqa: BLE001 -- any unreadable entry is a miss, and is rebuilt
             self.rebuilt += 1
             with suppress(OSError):
@@ -250,6 +290,7 @@ class BufferStore(Store):
             except BaseException:
                 os.unlink(tmp)
                 raise
+            trim(folder, buffer_store_budget(), keep=self._path(key))
         except OSError as err:
             warn_unusable(err)
 

@@ -81,3 +81,22 @@ def test_gir_run_reads_a_model_back(path, capsys):
     for cached in (False, True):
         assert main(["run", path, "--verbose"]) == 0
         assert ("plan read back from the cache" in capsys.readouterr().err) == cached
+
+
+def test_the_session_store_keeps_its_budget_least_recently_used_first(tmp_path, monkeypatch):
+    """Whole sessions hold their weights: the kind's folder stays under $GIR_CACHE_SESSION_GB,
+    removing the entries read or written longest ago, never the one just written."""
+    from gir.cache import BufferStore, cache_root
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))
+    entry = lambda i: {"weights": np.full(64 * 1024, i, np.float32)}  # 256 KiB each
+    store = BufferStore("session", "test")
+    monkeypatch.setenv("GIR_CACHE_SESSION_GB", str(600 * 1024 / (1 << 30)))  # room for two entries
+    for i in range(3):
+        store[i] = entry(i)
+        os.utime(store._path(i), ns=(i * 10**9, i * 10**9))  # written in order, a second apart
+    assert not store._path(0).exists() and store._path(2).exists()  # the oldest went when the third came
+    assert BufferStore("session", "test").get(1)["weights"][0] == 1  # a read: 2 is now the least recent
+    store[3] = entry(3)
+    fresh = BufferStore("session", "test")
+    assert fresh.get(2) is None and fresh.get(1)["weights"][0] == 1 and fresh.get(3)["weights"][0] == 3
+    assert sum(p.stat().st_size for p in (cache_root() / "session").glob("*.pkl")) <= 600 * 1024
