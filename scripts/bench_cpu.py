@@ -72,10 +72,17 @@ class Hog:
         self.proc.wait()
 
 
-def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before: str | None = None) -> dict:
+def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before: str | None = None,
+            extra_env: dict | None = None) -> dict:
     """One child process. `gir-before`: GIR from the checkout `before` (PYTHONPATH and its own
-    compile cache under it), for before/after tables."""
+    compile cache under it), for before/after tables. `extra_env`: set in the child (a value of
+    None removes the variable), e.g. OpenMP's wait settings (omp_wait_ab.py)."""
     env = dict(os.environ)
+    for key, value in (extra_env or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     if runtime == "gir-before":
         env.update(PYTHONPATH=before, GIR_CACHE_DIR=os.path.join(before, ".bench-cache"))
     if threads:
@@ -151,15 +158,18 @@ def main():
     text = table(rows, runtimes)
     print(text)
     if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(rows, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(f"# GIR and onnxruntime on the CPU, each alone in its own process\n\n"
-                    f"`{' '.join(['python3'] + sys.argv)}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
-                    f"{os.cpu_count()} cores; median of {args.runs} runs after one warm-up, fastest of "
-                    f"{args.rounds} round(s)"
-                    + ("; busy: the same, while a pure-Python loop in another process holds a core" if args.busy else "")
-                    + f".\n\n{text}\n")
+        write_results(args.out, "GIR and onnxruntime on the CPU, each alone in its own process", rows, text,
+                      f"median of {args.runs} runs after one warm-up, fastest of {args.rounds} round(s)"
+                      + ("; busy: the same, while a pure-Python loop in another process holds a core" if args.busy else ""))
+
+
+def write_results(out: str, title: str, rows: list[dict], table_text: str, method: str) -> None:
+    """OUT.json (the rows) and OUT.md (title, the command, date, cores, `method`, the table)."""
+    with open(out + ".json", "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(f"# {title}\n\n`{' '.join(['python3'] + sys.argv)}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
+                f"{os.cpu_count()} cores; {method}.\n\n{table_text}\n")
 
 
 if __name__ == "__main__":

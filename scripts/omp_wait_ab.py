@@ -11,26 +11,23 @@ environment variables libgomp reads when it loads: `passive` is OMP_WAIT_POLICY=
 gir/backends/cpu/compiler.py). Prints one line per round and a table of medians.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_cpu import Hog  # noqa: E402
+from bench_cpu import Hog, measure, write_results  # noqa: E402
 
-SETTINGS = {"passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "spin1k": {"GOMP_SPINCOUNT": "1000"},
-            "spin3k": {"GOMP_SPINCOUNT": "3000"}, "spin10k": {"GOMP_SPINCOUNT": "10000"},
-            "spin30k": {"GOMP_SPINCOUNT": "30000"}, "spin300k": {"GOMP_SPINCOUNT": "300000"}}
+SPINS = {"spin1k": 1000, "spin3k": 3000, "spin10k": 10000, "spin30k": 30000, "spin300k": 300000}
+SETTINGS = {"passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None},
+            **{name: {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": str(n)} for name, n in SPINS.items()}}
 
 
 def run(name: str, setting: str) -> float:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env.update(SETTINGS[setting], PYTHONPATH=os.getcwd())
-    cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "bench_cpu.py"), "--child", name, "gir", "0", "20"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])["ms"] if proc.returncode == 0 else float("nan")
+    """bench_cpu's child for GIR, default threads, 20 runs; NaN (and the error) if it failed."""
+    row = measure(name, "gir", 0, 20, False, extra_env={**SETTINGS[setting], "PYTHONPATH": os.getcwd()})
+    if "error" in row:
+        print(f"{name} {setting}: {row['error']}", file=sys.stderr)
+    return row.get("ms", float("nan"))
 
 
 def main():
@@ -67,13 +64,8 @@ def main():
     text = "\n".join(lines)
     print(text)
     if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(rows, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(f"# GIR CPU latency by OpenMP wait policy, idle and with one core taken\n\n"
-                    f"`{' '.join(['python3'] + sys.argv)}`, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
-                    f"{os.cpu_count()} cores; default threads; upper median over {args.rounds} round(s) of each "
-                    f"process's median of 20 runs.\n\n{text}\n")
+        write_results(args.out, "GIR CPU latency by OpenMP wait policy, idle and with one core taken", rows, text,
+                      f"default threads; upper median over {args.rounds} round(s) of each process's median of 20 runs")
 
 
 if __name__ == "__main__":

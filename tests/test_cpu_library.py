@@ -241,3 +241,18 @@ def test_a_session_read_back_keeps_its_conv_layouts(tmp_path, monkeypatch):
     first = gir.Session(model, target="cpu", plan_cache=store())
     again = gir.Session(model, target="cpu", plan_cache=store())
     assert again.cached and first.engine.layouts and again.engine.layouts == first.engine.layouts
+
+
+@pytest.mark.parametrize("given, want", [({}, "1000"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
+                                         ({"GOMP_SPINCOUNT": "5"}, "5")])
+def test_openmp_threads_spin_briefly_unless_the_caller_chose(given, want):
+    """Loading the CPU backend sets GOMP_SPINCOUNT=1000 before libgomp reads it, only where the
+    caller set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT (gir/backends/cpu/compiler.py)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")} | given
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = "import os, gir.backends.cpu.compiler; print(os.environ.get('GOMP_SPINCOUNT'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(want)

@@ -143,3 +143,25 @@ def test_gir_compile_plans_wide_accesses_end_to_end_and_reports_compiled_occupan
     (launch,) = [s for s in plan_json["steps"] if s["kind"] == "launch"]
     assert launch["block"][0] >= 128 and launch["registers"] > 0
     assert launch["modelled_us"] > 0 and 0 < launch["modelled_occupancy"] <= 1 and 0 < launch["modelled_peak_share"] < 1
+
+
+def test_a_small_constant_every_unit_rereads_costs_the_cpu_no_cache_traffic():
+    """A bias (2 KiB) that every unit reads is an L1 hit on a CPU: its re-reads leave the DRAM
+    term's cache share, where a GPU's model keeps them (gir/fusion/perf.py _cache_rereads)."""
+    from gir.fusion.perf import _cache_rereads
+    from gir.ir.cost import accesses, dram_footprint_by_buffer, level_bytes, valid_count
+    from gir.ir.dtypes import itemsize
+    from gir.ir.target import DRAM
+    bias = helper.make_tensor("b", TensorProto.FLOAT, [512], np.random.default_rng(0).standard_normal(512).astype(np.float32))
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [256, 512])
+    model = helper.make_model(helper.make_graph([helper.make_node("Add", ["x", "b"], ["y"])], "bias", [io("x")],
+                                                [io("y")], [bias]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    for target, bias_rereads_counted in ((get_target("cpu"), False), (H100, True)):
+        (kernel,) = plan(load(model), target).kernels
+        g = kernel.graph
+        footprint = dram_footprint_by_buffer(g)
+        rereads = sum(level_bytes(g).values()) - sum(footprint.values())
+        bias_reads = sum(valid_count(s, g.prim) * itemsize(buf.dtype) for _, _, s, buf in accesses(g, DRAM) if s.buffer == "b")
+        bias_rereads = bias_reads - footprint["read", "b"]
+        assert bias_rereads > 0, "every unit reads the bias"
+        assert _cache_rereads(g, footprint) == (rereads if bias_rereads_counted else rereads - bias_rereads)

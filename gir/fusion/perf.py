@@ -90,9 +90,8 @@ def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
         n = valid_count(s, graph.prim) * itemsize(buf.dtype)
         per_buffer[key, s.buffer] = per_buffer.get((key, s.buffer), 0) + n
     l1 = graph.target.timing.spill_bytes_per_unit
-    def in_l1(key, name) -> bool:
-        return bool(l1) and graph.buffers[name].role in ("input", "const") and by_buffer.get((key, name), 0) <= l1
-    return sum(max(0, n - by_buffer.get(k, 0)) for k, n in per_buffer.items() if not in_l1(*k))
+    in_l1 = {k for k in per_buffer if l1 and graph.buffers[k[1]].role in ("input", "const") and by_buffer.get(k, 0) <= l1}
+    return sum(max(0, n - by_buffer.get(k, 0)) for k, n in per_buffer.items() if k not in in_l1)
 
 
 def quick_estimate(graph: GIRGraph) -> Estimate:
@@ -125,7 +124,9 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
 
     # re-reads come from the cache; across units they are a row's overlapping windows, vector
     # loads from L1 that the issue term already counts
-    rereads = 0 if across else max(0, accesses - unique) if cache_rereads is None else cache_rereads
+    if cache_rereads is None:
+        cache_rereads = max(0, accesses - unique)
+    rereads = 0 if across else cache_rereads
     dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
         # across units, a row's neighbouring windows overlap in L1: only distinct bytes stream

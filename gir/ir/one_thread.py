@@ -19,5 +19,5 @@ from .dtypes import itemsize
 def runs_on_one_thread(dram_buffers, target) -> bool:
     """`dram_buffers`: the DRAM buffers a kernel reads or writes (whole: an upper bound on what
     it moves). True where the target runs such a kernel without forking a team."""
-    limit = getattr(target.timing, "serial_below_bytes", 0)
+    limit = target.timing.serial_below_bytes
     return bool(limit) and sum(b.size * itemsize(b.dtype) for b in dram_buffers) < limit

@@ -227,11 +227,11 @@ int64_t gir_dnnl_staging_bytes(gir_op *op, int which) {
     return (int64_t)dnnl_memory_desc_get_size(md);
 }
 
-/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot, and
- * staging buffers for src and dst in the primitive's layout (of gir_dnnl_staging_bytes; shared
- * by every op of a session, which run one at a time). */
 static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage);
 
+/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot, and
+ * staging buffers for src and dst in the primitive's layout (of gir_dnnl_staging_bytes; shared
+ * by every op of a session, which run one at a time), on the op's own thread count if it has one. */
 int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage) {
     if (!op->threads) return run_op(op, src, wei, bias, dst, src_stage, dst_stage);
     int pool = omp_get_max_threads();

@@ -40,8 +40,10 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-mno-red-zone", "-fopenmp",
 # us) catch the next region of a run's back-to-back kernels and then sleep: in one session on 2
 # cores, default threads, passive -> 1000 spins, idle: EfficientNet-B0 17.0-18.9 -> 14.6 ms,
 # ShuffleNet-v2 5.0-6.0 -> 5.0-5.2, GPT-2 decode 20.3-21.0 -> 18.2-19.5, BERT, ViT, RedNet and
-# SAR-DRN within noise; with a pure-Python loop on one core: at most 1.9x the idle figure
-# (BERT, SAR-DRN, as passive), numpy-fallback ViT 252 -> 271 ms. A setting of the caller's wins.
+# SAR-DRN within noise; numpy-fallback ViT 252 -> 271 ms (results/omp_wait.md). With a
+# pure-Python loop on one core the slowest relative to idle is ShuffleNet-v2: 2.00-2.51x in
+# four processes (passive: about 1.0x, slower idle); see results/bench_cpu.md runs 5-7.
+# A setting of the caller's wins.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "1000"
 
