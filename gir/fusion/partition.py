@@ -21,6 +21,7 @@ from gir.ir.dtypes import itemsize
 from gir.ir.target import Target
 
 from .compose import MOVEMENT
+from .epilogue import absorb_epilogues, describe
 
 LIBRARY_KINDS = ("matmul", "conv")
 
@@ -32,6 +33,7 @@ class Decision:
     flops: int
     bytes: int
     reason: str
+    epilogue: str = ""  # what the library call absorbed (gir/fusion/epilogue.py), "" for nothing
 
     @property
     def intensity(self) -> float:
@@ -84,6 +86,12 @@ def partition(graph: BasicGraph, target: Target) -> Partition:
             library.append(op)
         else:
             splice(graph, op, lowered)
+    graph, library = absorb_epilogues(graph, library, target)
+    said = {op.name: describe(op) for op in library}
+    for d in decisions:
+        if said.get(d.op):
+            d.epilogue = said[d.op]
+            d.reason += f"; epilogue: {d.epilogue}"
     memory = [op for op in graph.ops if op.kind not in LIBRARY_KINDS]
     return Partition(graph, decisions, library, convex_subgraphs(graph, memory))
 

@@ -12,6 +12,7 @@ from gir.ir import run
 from gir.ir.interpreter import GatherRangeError
 
 from .indices import GatherIndexError, gather_origins
+from .library import run_library_op
 
 
 class ExecutionError(RuntimeError):
@@ -35,7 +36,8 @@ def execute(plan: Plan, feeds: dict[str, np.ndarray], check_races: bool = False,
     coverage: dict[str, np.ndarray] = {}
     for step in plan.steps:
         if isinstance(step, BasicOp):
-            env[step.outputs[0]] = execute_op(step, g.tensors, [value(t) for t in step.inputs])
+            run_op = run_library_op if step.attrs.get("absorbed") else execute_op  # with its epilogue
+            env[step.outputs[0]] = run_op(step, g.tensors, [value(t) for t in step.inputs])
         else:
             try:
                 _run_kernel(step, value, env, coverage, check_races)

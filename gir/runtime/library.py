@@ -12,11 +12,38 @@ from gir.ir.dtypes import HALF_NP, np_dtype
 
 
 def run_library_op(op: BasicOp, tensors: dict, args: list[np.ndarray]) -> np.ndarray:
-    if op.kind != "conv":
-        return execute_op(op, tensors, args)
+    """The op's result with its epilogue (gir/fusion/epilogue.py): a matmul's bias input, then
+    each step (an activation, evaluated from the formula the frontend gives the ONNX op, or a
+    residual input added), computed in the output's type as the GIR kernels did."""
+    out_dtype = np_dtype(tensors[op.outputs[0]].dtype)
     a = op.attrs
-    y = conv(args[0], args[1], args[2] if len(args) > 2 else None, a["strides"], a["pads"], a["dilations"], a["group"])
-    return y.astype(np_dtype(tensors[op.outputs[0]].dtype), copy=False)
+    if op.kind == "conv":
+        y = conv(args[0], args[1], args[2] if len(args) > 2 else None, a["strides"], a["pads"], a["dilations"], a["group"])
+        y = y.astype(out_dtype, copy=False)
+    elif op.kind == "matmul" and a.get("bias"):
+        core = BasicOp(op.name, op.kind, op.inputs[:2], op.outputs, {}, op.origin)
+        y = execute_op(core, tensors, args[:2])
+        y = (y + args[2].reshape(-1).astype(out_dtype, copy=False)).astype(out_dtype, copy=False)
+    else:
+        y = execute_op(op, tensors, args[:2] if op.kind == "matmul" else args)
+    return apply_epilogue(op, y, args, tensors)
+
+
+def apply_epilogue(op: BasicOp, y: np.ndarray, args: list[np.ndarray], tensors: dict) -> np.ndarray:
+    steps = op.attrs.get("epilogue", ())
+    if not steps:
+        return y
+    if op.kind == "conv" and any(k == "residual" and int(a) < 3 for k, a, _ in steps):
+        raise ValueError(f"{op.name}: a conv's residual input must come after its bias (input 2)")
+    from gir.fusion.epilogue import activation_expr
+    from gir.ir.expr import evaluate
+    dtype = tensors[op.outputs[0]].dtype
+    for kind, alpha, beta in steps:
+        if kind == "residual":
+            y = (y + args[int(alpha)].reshape(y.shape)).astype(y.dtype, copy=False)
+        else:
+            y = np.asarray(evaluate(activation_expr(kind, alpha, beta), [y], dtype)).astype(y.dtype, copy=False)
+    return y
 
 
 def conv(x, w, b, strides, pads, dilations, group) -> np.ndarray:

@@ -26,6 +26,18 @@ import numpy as np
 from gir.frontend.basic import BasicOp
 
 SHIM = Path(__file__).with_name("onednn_shim.c")
+# Epilogue steps (gir/fusion/epilogue.py) as oneDNN post-ops: kind -> (index into the shim's
+# eltwise_algs, alpha and beta from the step's). A residual is a binary add (-1). The numpy
+# fallback runs every kind too, so the CPU target declares them all (`EPILOGUES`).
+POST_OPS = {
+    "relu": (0, lambda a, b: (0.0, 0.0)), "leaky_relu": (0, lambda a, b: (a, 0.0)),
+    "sigmoid": (1, lambda a, b: (0.0, 0.0)), "tanh": (2, lambda a, b: (0.0, 0.0)),
+    "silu": (3, lambda a, b: (a, 0.0)), "gelu_erf": (4, lambda a, b: (0.0, 0.0)),
+    "gelu_tanh": (5, lambda a, b: (0.0, 0.0)), "clip": (6, lambda a, b: (a, b)),
+    "hardsigmoid": (7, lambda a, b: (a, b)), "hardswish": (8, lambda a, b: (a, b)),
+    "elu": (9, lambda a, b: (a, 0.0)), "residual": (-1, lambda a, b: (0.0, 0.0)),
+}
+EPILOGUES = {"kinds": frozenset({"bias", *POST_OPS}), "dtypes": ("float32",)}
 WHEEL, DEVEL = "onednn-cpu-gomp", "onednn-devel-cpu-gomp"
 # $GIR_CPU_LIBRARY=numpy runs every library op through numpy (comparisons, debugging).
 ENV = "GIR_CPU_LIBRARY"
@@ -68,11 +80,12 @@ def _load() -> ctypes.CDLL | None:
         _why.append(f"the oneDNN shim did not build ({str(err).splitlines()[0]})")
         return None
     vp, i64 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+    post = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float)]
     lib.gir_dnnl_conv.argtypes = [ctypes.POINTER(vp), ctypes.c_int, i64, i64, i64, ctypes.c_int64, i64, i64, i64,
-                                  i64, vp, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    lib.gir_dnnl_matmul.argtypes = [ctypes.POINTER(vp), ctypes.c_int, i64, i64, i64, vp, ctypes.c_char_p,
-                                    ctypes.c_int]
-    lib.gir_dnnl_run.argtypes = [vp] * 7
+                                  i64, vp, ctypes.c_int, ctypes.c_int, *post, ctypes.c_char_p, ctypes.c_int]
+    lib.gir_dnnl_matmul.argtypes = [ctypes.POINTER(vp), ctypes.c_int, i64, i64, i64, vp, ctypes.c_int, *post,
+                                    ctypes.c_char_p, ctypes.c_int]
+    lib.gir_dnnl_run.argtypes = [vp] * 8
     lib.gir_dnnl_staging_bytes.argtypes, lib.gir_dnnl_staging_bytes.restype = [vp, ctypes.c_int], ctypes.c_int64
     lib.gir_dnnl_free.argtypes, lib.gir_dnnl_free.restype = [vp], None
     lib.gir_dnnl_threads.argtypes, lib.gir_dnnl_threads.restype = [ctypes.c_int], ctypes.c_int
@@ -112,8 +125,8 @@ def _dims(shape) -> ctypes.Array:
 
 class DnnlOp:
     """One library op as a oneDNN primitive. `operands` are the op's input tensor names in the
-    order the shim takes them (src, weights, bias; None where absent); `call(src, wei, bias,
-    dst)` takes addresses. `staging` is the bytes of src and dst in the primitive's own layout
+    order the shim takes them (src, weights, bias; None where absent; then the epilogue's
+    residual inputs); `call(src, wei, bias, *residuals, dst)` takes addresses. `staging` is the bytes of src and dst in the primitive's own layout
     (0 where it reads or writes the plain arrays): the caller lends buffers that large with
     `stage(src_buffer, dst_buffer)` (one pair for a whole session), else each op gets its own."""
 
@@ -135,8 +148,9 @@ class DnnlOp:
         self._stage = (src, dst)  # kept alive
         self._stage_ptrs = (src.ctypes.data if src.nbytes else None, dst.ctypes.data if dst.nbytes else None)
 
-    def call(self, src: int, wei: int, bias: int, dst: int) -> None:
-        status = self.lib.gir_dnnl_run(self.handle, src, wei, bias, dst, *self._stage_ptrs)
+    def call(self, src: int, wei: int, bias: int, *rest: int) -> None:
+        post = (ctypes.c_void_p * len(rest[:-1]))(*rest[:-1]) if len(rest) > 1 else None
+        status = self.lib.gir_dnnl_run(self.handle, src, wei, bias, rest[-1], *self._stage_ptrs, post)
         if status:
             raise RuntimeError(f"oneDNN primitive ({self.impl}) failed with status {status}")
 
@@ -233,6 +247,18 @@ def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> 
         return "an empty operand"
     handle, impl = ctypes.c_void_p(), ctypes.create_string_buffer(128)
     keep = []
+    steps = op.attrs.get("epilogue", ())
+    unknown = [k for k, *_ in steps if k not in POST_OPS]
+    if unknown:
+        return f"epilogue step {unknown[0]!r} has no oneDNN post-op here"
+    post_kinds = (ctypes.c_int * max(len(steps), 1))(*(POST_OPS[k][0] for k, *_ in steps))
+    params = [POST_OPS[k][1](a, b) for k, a, b in steps]
+    post_alpha = (ctypes.c_float * max(len(steps), 1))(*(p[0] for p in params))
+    post_beta = (ctypes.c_float * max(len(steps), 1))(*(p[1] for p in params))
+    post = (len(steps), post_kinds, post_alpha, post_beta)
+    residuals = [op.inputs[int(a)] for k, a, _ in steps if k == "residual"]
+    if op.kind == "conv" and any(k == "residual" and int(a) < 3 for k, a, _ in steps):
+        return f"a residual input before the conv's bias (input 2) in {op.name}"
     if op.kind == "conv":
         x, w, y = tensors[op.inputs[0]], tensors[op.inputs[1]], tensors[op.outputs[0]]
         nsp = len(x.shape) - 2
@@ -246,8 +272,8 @@ def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> 
         status = lib.gir_dnnl_conv(ctypes.byref(handle), nsp, _dims(x.shape), _dims(w.shape), _dims(y.shape),
                                    a["group"], _dims(a["strides"]), _dims(a["dilations"]), _dims(a["pads"][:nsp]),
                                    _dims(a["pads"][nsp:]), None if wc is None else wc.ctypes.data,
-                                   int(bias is not None), int(blocked), impl, len(impl))
-        operands = [op.inputs[0], op.inputs[1], bias]
+                                   int(bias is not None), int(blocked), *post, impl, len(impl))
+        operands = [op.inputs[0], op.inputs[1], bias, *residuals]
     elif op.kind == "matmul":
         a_shape, b_shape = tensors[op.inputs[0]].shape, tensors[op.inputs[1]].shape
         a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
@@ -260,9 +286,10 @@ def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> 
         bc = constants.get(op.inputs[1])
         if bc is not None:
             keep.append(bc)
+        bias = op.inputs[2] if op.attrs.get("bias") else None
         status = lib.gir_dnnl_matmul(ctypes.byref(handle), nd, _dims(a2), _dims(b2), _dims(c2),
-                                     None if bc is None else bc.ctypes.data, impl, len(impl))
-        operands = [op.inputs[0], op.inputs[1], None]
+                                     None if bc is None else bc.ctypes.data, int(bias is not None), *post, impl, len(impl))
+        operands = [op.inputs[0], op.inputs[1], bias, *residuals]
     else:
         return f"a {op.kind} op"
     if status:

@@ -12,6 +12,8 @@
 extern void omp_set_num_threads(int n);
 extern int omp_get_max_threads(void);
 
+#define GIR_MAX_POST 16
+
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
@@ -25,6 +27,10 @@ typedef struct {
     dnnl_primitive_t src_reorder, dst_reorder;
     int wei_const, has_bias;
     int threads; /* OpenMP threads a run uses: 0 = the pool's default */
+    /* the epilogue's residual inputs: binary-add post-ops over the output's plain dims */
+    int n_bin;
+    int bin_index[GIR_MAX_POST]; /* the post-op's position in the chain */
+    dnnl_memory_t bin[GIR_MAX_POST];
 } gir_op;
 
 #define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) return (int)s_; } while (0)
@@ -54,6 +60,41 @@ static int any_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
     for (int i = 0; i < ndims; i++) d[i] = dims[i];
     CHECK(dnnl_memory_desc_create_with_tag(md, ndims, d, dnnl_f32, dnnl_format_tag_any));
     return 0;
+}
+
+/* An epilogue step: kind >= 0 is an eltwise post-op of the table below (alpha, beta as oneDNN
+ * takes them), GIR_POST_RESIDUAL a binary add of a tensor of the output's (plain) dims. */
+#define GIR_POST_RESIDUAL (-1)
+static const dnnl_alg_kind_t eltwise_algs[] = {
+    dnnl_eltwise_relu, dnnl_eltwise_logistic, dnnl_eltwise_tanh, dnnl_eltwise_swish, dnnl_eltwise_gelu_erf,
+    dnnl_eltwise_gelu_tanh, dnnl_eltwise_clip, dnnl_eltwise_hardsigmoid, dnnl_eltwise_hardswish, dnnl_eltwise_elu};
+#define GIR_N_ELTWISE ((int)(sizeof(eltwise_algs) / sizeof(eltwise_algs[0])))
+
+/* The primitive attribute carrying the epilogue (NULL *attr for none); residual memories are
+ * created on `op` (no data: a run points them at the operands). */
+static int make_post_ops(gir_op *op, int n_post, const int *kinds, const float *alpha, const float *beta,
+                         const_dnnl_memory_desc_t dst_plain, dnnl_primitive_attr_t *attr) {
+    *attr = NULL;
+    if (n_post <= 0) return 0;
+    if (n_post > GIR_MAX_POST) return (int)dnnl_invalid_arguments;
+    dnnl_post_ops_t po;
+    CHECK(dnnl_post_ops_create(&po));
+    int r = 0;
+    for (int i = 0; i < n_post && !r; i++) {
+        if (kinds[i] == GIR_POST_RESIDUAL) {
+            r = (int)dnnl_post_ops_append_binary(po, dnnl_binary_add, dst_plain);
+            if (!r) r = (int)dnnl_memory_create(&op->bin[op->n_bin], dst_plain, engine, DNNL_MEMORY_NONE);
+            if (!r) op->bin_index[op->n_bin++] = i;
+        } else if (kinds[i] >= 0 && kinds[i] < GIR_N_ELTWISE) {
+            r = (int)dnnl_post_ops_append_eltwise(po, eltwise_algs[kinds[i]], alpha[i], beta[i]);
+        } else {
+            r = (int)dnnl_invalid_arguments;
+        }
+    }
+    if (!r) r = (int)dnnl_primitive_attr_create(attr);
+    if (!r) r = (int)dnnl_primitive_attr_set_post_ops(*attr, po);
+    dnnl_post_ops_destroy(po);
+    return r;
 }
 
 static int run_reorder(dnnl_memory_t from, dnnl_memory_t to) {
@@ -140,7 +181,8 @@ static int finish(gir_op *op, dnnl_primitive_desc_t pd, const_dnnl_memory_desc_t
  * plain one. Returns 0 or a dnnl_status_t; *out is the op. */
 int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w_dims, const int64_t *y_dims,
                   int64_t group, const int64_t *strides, const int64_t *dilations, const int64_t *pads_l,
-                  const int64_t *pads_r, const float *w, int has_bias, int blocked, char *impl, int impl_len) {
+                  const int64_t *pads_r, const float *w, int has_bias, int blocked, int n_post, const int *post_kinds,
+                  const float *post_alpha, const float *post_beta, char *impl, int impl_len) {
     CHECK(gir_dnnl_init());
     int nd = nsp + 2;
     gir_op *op = calloc(1, sizeof(gir_op));
@@ -179,9 +221,12 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
         pr[i] = pads_r[i];
     }
     dnnl_primitive_desc_t pd;
+    dnnl_primitive_attr_t attr;
+    CHECK(make_post_ops(op, n_post, post_kinds, post_alpha, post_beta, dst_user, &attr));
     dnnl_status_t s = dnnl_convolution_forward_primitive_desc_create(
         &pd, engine, dnnl_forward_inference, dnnl_convolution_direct, src_md, wei_md, bias_md, dst_md, st, di, pl,
-        pr, NULL);
+        pr, attr);
+    if (attr) dnnl_primitive_attr_destroy(attr);
     int r = (int)s;
     if (s == dnnl_success) {
         r = finish(op, pd, src_user, wei_user, dst_user, w, impl, impl_len);
@@ -194,21 +239,33 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
 }
 
 /* numpy matmul over float32 operands of `nd` dims (batch dims broadcast where one side has 1).
- * b: the constant right operand, or NULL when it is computed. */
+ * b: the constant right operand, or NULL when it is computed. has_bias: a bias of the last
+ * dim's length, added along it. The epilogue as for gir_dnnl_conv. */
 int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *b_dims, const int64_t *c_dims,
-                    const float *b, char *impl, int impl_len) {
+                    const float *b, int has_bias, int n_post, const int *post_kinds, const float *post_alpha,
+                    const float *post_beta, char *impl, int impl_len) {
     CHECK(gir_dnnl_init());
     gir_op *op = calloc(1, sizeof(gir_op));
     *out = op;
     op->wei_const = b != NULL;
-    dnnl_memory_desc_t a_md, b_user, b_md, c_md;
+    op->has_bias = has_bias;
+    dnnl_memory_desc_t a_md, b_user, b_md, c_md, bias_md = NULL;
     CHECK(plain_md(&a_md, nd, a_dims));
     CHECK(plain_md(&c_md, nd, c_dims));
     CHECK(plain_md(&b_user, nd, b_dims));
     if (op->wei_const) CHECK(any_md(&b_md, nd, b_dims));
     else CHECK(plain_md(&b_md, nd, b_dims));
+    if (has_bias) {
+        int64_t bd[8];
+        for (int i = 0; i < nd; i++) bd[i] = i == nd - 1 ? c_dims[i] : 1;
+        CHECK(plain_md(&bias_md, nd, bd));
+    }
     dnnl_primitive_desc_t pd;
-    dnnl_status_t s = dnnl_matmul_primitive_desc_create(&pd, engine, a_md, b_md, NULL, c_md, NULL);
+    dnnl_primitive_attr_t attr;
+    CHECK(make_post_ops(op, n_post, post_kinds, post_alpha, post_beta, c_md, &attr));
+    dnnl_status_t s = dnnl_matmul_primitive_desc_create(&pd, engine, a_md, b_md, bias_md, c_md, attr);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (bias_md) dnnl_memory_desc_destroy(bias_md);
     int r = (int)s;
     if (s == dnnl_success) {
         r = finish(op, pd, a_md, b_user, c_md, b, impl, impl_len);
@@ -227,16 +284,19 @@ int64_t gir_dnnl_staging_bytes(gir_op *op, int which) {
     return (int64_t)dnnl_memory_desc_get_size(md);
 }
 
-static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage);
+static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage,
+                  void **post);
 
-/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot, and
+/* One run: src, the weights (ignored when constant), the bias (or NULL), the output slot,
  * staging buffers for src and dst in the primitive's layout (of gir_dnnl_staging_bytes; shared
- * by every op of a session, which run one at a time), on the op's own thread count if it has one. */
-int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage) {
-    if (!op->threads) return run_op(op, src, wei, bias, dst, src_stage, dst_stage);
+ * by every op of a session, which run one at a time) and the epilogue's residual inputs in
+ * order (NULL for none), on the op's own thread count if it has one. */
+int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage,
+                 void **post) {
+    if (!op->threads) return run_op(op, src, wei, bias, dst, src_stage, dst_stage, post);
     int pool = omp_get_max_threads();
     omp_set_num_threads(op->threads);
-    int status = run_op(op, src, wei, bias, dst, src_stage, dst_stage);
+    int status = run_op(op, src, wei, bias, dst, src_stage, dst_stage, post);
     omp_set_num_threads(pool);
     return status;
 }
@@ -255,8 +315,9 @@ void gir_dnnl_set_op_threads(gir_op *op, int n) { op->threads = n; }
 /* The pool's size: what a run of an op with threads = 0 forks. */
 int gir_dnnl_pool(void) { return omp_get_max_threads(); }
 
-static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage) {
-    dnnl_exec_arg_t args[5];
+static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void *src_stage, void *dst_stage,
+                  void **post) {
+    dnnl_exec_arg_t args[5 + GIR_MAX_POST];
     int n = 0;
     if (op->src_reorder) CHECK(dnnl_memory_set_data_handle(op->src, src_stage));
     if (op->dst_reorder) CHECK(dnnl_memory_set_data_handle(op->dst, dst_stage));
@@ -277,6 +338,10 @@ static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void 
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, op->bias};
     }
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, op->dst};
+    for (int i = 0; i < op->n_bin; i++) {
+        CHECK(dnnl_memory_set_data_handle(op->bin[i], post[i]));
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(op->bin_index[i]) | DNNL_ARG_SRC_1, op->bin[i]};
+    }
     CHECK(dnnl_primitive_execute(op->prim, stream, n, args));
     if (op->dst_reorder) {
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->dst}, {DNNL_ARG_TO, op->dst_user}};
@@ -294,6 +359,8 @@ void gir_dnnl_free(gir_op *op) {
     dnnl_memory_t mems[] = {op->src, op->wei, op->bias, op->dst, op->src_user, op->dst_user};
     for (int i = 0; i < 6; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
+    for (int i = 0; i < op->n_bin; i++)
+        if (op->bin[i]) dnnl_memory_destroy(op->bin[i]);
     free(op);
 }
 

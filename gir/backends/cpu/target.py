@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from gir.ir.target import DEVICE, DRAM, REGISTER, UNIT, MemoryLevel, Target, Timing
+from gir.runtime.onednn import EPILOGUES
 
 # The local CPU before `gir calibrate` has measured it: nominal figures of a recent x86 core.
 CPU_NOMINAL_TIMING = Timing(
@@ -46,4 +47,5 @@ def local_cpu() -> Target:
         launch_latency_s=launch, max_units_per_processor=1, timing=timing,
         notes=f"measured by gir calibrate on {measured.cpu}" if measured else
               "nominal figures estimated from the core count, not measured",
+        extra={"library_epilogues": EPILOGUES},  # what oneDNN (and the numpy fallback) run after a library op
     )

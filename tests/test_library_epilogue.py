@@ -1,0 +1,455 @@
+"""Library-op epilogues (gir/fusion/epilogue.py): a bias add, activations and a residual add
+after a library conv or matmul absorbed into the library call, on oneDNN (post-ops) and on the
+numpy fallback, against onnxruntime; what must not be absorbed; and the forms recognised."""
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gir
+from gir.frontend.basic import BasicOp, Tensor
+from gir.frontend.reference import conv_reference
+from gir.fusion.epilogue import ACTIVATIONS, _activation, _canon, activation_expr, supported
+from gir.ir import get_target
+from gir.ir.expr import Const, Input, call, evaluate
+from gir.runtime import onednn
+from gir.runtime.library import run_library_op
+
+needs_onednn = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN: {onednn.unavailable()}")
+
+# the parameters each activation takes in the tests (ONNX's defaults where it has them)
+PARAMS = {"relu": (0, 0), "leaky_relu": (0.1, 0), "sigmoid": (0, 0), "tanh": (0, 0), "silu": (1, 0),
+          "gelu_erf": (0, 0), "gelu_tanh": (0, 0), "clip": (-0.5, 6.0), "hardsigmoid": (0.2, 0.5),
+          "hardswish": (1 / 6, 0.5), "elu": (0.7, 0)}
+
+CONVS = {  # x shape, w shape, strides, pads (begin..., end...), dilations, group, bias
+    "dense": ((2, 5, 9, 8), (7, 5, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True),
+    "dense_no_bias": ((1, 4, 6, 6), (8, 4, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], 1, False),
+    "pointwise": ((1, 16, 7, 5), (24, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True),
+    "grouped_strided_dilated": ((2, 6, 9, 11), (4, 3, 3, 2), [2, 1], [1, 0, 2, 1], [1, 2], 2, True),
+    "depthwise": ((1, 8, 7, 7), (8, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 8, True),
+    "depthwise_strided": ((1, 16, 12, 12), (16, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 16, True),
+    "depthwise_multiplier": ((1, 6, 8, 8), (12, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 6, False),
+    "1d": ((1, 3, 10), (5, 3, 3), [2], [1, 1], [2], 1, True),
+    "3d": ((1, 4, 5, 6, 7), (6, 2, 2, 3, 2), [1, 2, 1], [0, 1, 0, 1, 0, 1], [1, 1, 2], 2, True),
+}
+
+MATMULS = {  # A shape, B shape, B constant
+    "2d": ((5, 7), (7, 3), True),
+    "2d_runtime_b": ((5, 7), (7, 3), False),
+    "batched": ((4, 5, 7), (4, 7, 3), False),
+    "broadcast_b": ((2, 3, 5, 7), (7, 6), True),
+    "broadcast_both": ((2, 1, 5, 7), (3, 7, 6), False),
+    "vector_a": ((7,), (2, 7, 3), False),
+    "vector_b": ((3, 5, 7), (7,), True),
+}
+
+
+def _t(name, shape, value=None):
+    return Tensor(name, tuple(shape), "float32", value)
+
+
+def _act(kind, y):
+    a, b = PARAMS[kind]
+    return np.asarray(evaluate(activation_expr(kind, a, b), [y], "float32"), np.float32)
+
+
+def _numpy_formula(kind, y):
+    """The activation written out independently of activation_expr (checks the formulas too)."""
+    a, b = PARAMS[kind]
+    erf = np.vectorize(math.erf)
+    return {
+        "relu": lambda: np.maximum(y, 0), "leaky_relu": lambda: np.where(y < 0, a * y, y),
+        "sigmoid": lambda: 1 / (1 + np.exp(-y)), "tanh": lambda: np.tanh(y), "silu": lambda: y / (1 + np.exp(-y)),
+        "gelu_erf": lambda: 0.5 * y * (1 + erf(y / np.sqrt(2))),
+        "gelu_tanh": lambda: 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3))),
+        "clip": lambda: np.clip(y, a, b), "hardsigmoid": lambda: np.clip(a * y + b, 0, 1),
+        "hardswish": lambda: y * np.clip(a * y + b, 0, 1), "elu": lambda: np.where(y < 0, a * (np.exp(y) - 1), y),
+    }[kind]().astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ACTIVATIONS)
+def test_activation_formulas(kind):
+    y = np.linspace(-8, 8, 1001, dtype=np.float32)
+    np.testing.assert_allclose(_act(kind, y), _numpy_formula(kind, y), rtol=2e-6, atol=2e-6)
+
+
+def _conv_case(case, steps):
+    xs, ws, strides, pads, dilations, group, bias = CONVS[case]
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws, ws[:1]))
+    y = conv_reference(x, w, b if bias else None, strides, pads, dilations, group).astype(np.float32)
+    r = rng.standard_normal(y.shape).astype(np.float32)
+    tensors = {"x": _t("x", xs), "w": _t("w", ws, w), "b": _t("b", ws[:1], b), "r": _t("r", y.shape), "y": _t("y", y.shape)}
+    if "residual" in steps and not bias:  # a conv's third input is its bias: the planner adds zeros
+        b[:] = 0
+        bias = True
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    epilogue = []
+    for kind in steps:
+        if kind == "residual":
+            inputs.append("r")
+            epilogue.append(("residual", len(inputs) - 1, 0.0))
+            y = y + r
+        else:
+            epilogue.append((kind, *map(float, PARAMS[kind])))
+            y = _numpy_formula(kind, y)
+    op = BasicOp("conv", "conv", inputs, ["y"], {"strides": tuple(strides), "pads": tuple(pads),
+                                                 "dilations": tuple(dilations), "group": group,
+                                                 "epilogue": tuple(epilogue), "absorbed": (("test", ()),)}, "test")
+    return op, tensors, {"x": x, "w": w, "b": b, "r": r}, y
+
+
+def _matmul_case(case, steps, bias=True):
+    a_shape, b_shape, const = MATMULS[case]
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    y = np.matmul(a, b)
+    bias = bias and len(b_shape) > 1
+    c = rng.standard_normal(y.shape[-1:]).astype(np.float32)
+    r = rng.standard_normal(y.shape).astype(np.float32)
+    tensors = {"a": _t("a", a_shape), "b": _t("b", b_shape, b if const else None), "c": _t("c", c.shape, c),
+               "r": _t("r", y.shape), "y": _t("y", y.shape)}
+    inputs, attrs, epilogue = ["a", "b"], {"absorbed": (("test", ()),)}, []
+    if bias:
+        inputs.append("c")
+        attrs["bias"] = True
+        y = y + c
+    for kind in steps:
+        if kind == "residual":
+            inputs.append("r")
+            epilogue.append(("residual", len(inputs) - 1, 0.0))
+            y = y + r
+        else:
+            epilogue.append((kind, *map(float, PARAMS[kind])))
+            y = _numpy_formula(kind, y)
+    attrs["epilogue"] = tuple(epilogue)
+    return BasicOp("mm", "matmul", inputs, ["y"], attrs, "test"), tensors, {"a": a, "b": b, "c": c, "r": r}, y, const
+
+
+def _run_dnnl(op, tensors, values, constants, **kw):
+    made = onednn.prepare(op, tensors, {n: values[n].reshape(-1) for n in constants}, **kw)
+    assert not isinstance(made, str), made
+    y = np.full(tensors[op.outputs[0]].shape, np.nan, np.float32)
+    made.call(*[0 if t is None else values[t].ctypes.data for t in made.operands], y.ctypes.data)
+    return y
+
+
+def _close(got, want):
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+CHAINS = [(k,) for k in ACTIVATIONS] + [("residual",), ("residual", "relu"), ("relu", "residual"),
+                                        ("gelu_erf", "residual", "tanh")]
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", CONVS)
+@pytest.mark.parametrize("chain", CHAINS, ids="-".join)
+def test_conv_epilogue_on_onednn(case, chain):
+    op, tensors, values, want = _conv_case(case, chain)
+    for blocked in (False, True):
+        _close(_run_dnnl(op, tensors, values, ["w", "b"], choice=(blocked, 0)), want)
+    _close(_run_dnnl(op, tensors, values, ["w", "b"]), want)  # the timed choice
+
+
+@pytest.mark.parametrize("case", CONVS)
+@pytest.mark.parametrize("chain", CHAINS, ids="-".join)
+def test_conv_epilogue_on_numpy(case, chain):
+    op, tensors, values, want = _conv_case(case, chain)
+    _close(run_library_op(op, tensors, [values[n] for n in op.inputs]), want)
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", MATMULS)
+@pytest.mark.parametrize("chain", CHAINS, ids="-".join)
+def test_matmul_epilogue_on_onednn(case, chain):
+    op, tensors, values, want, const = _matmul_case(case, chain)
+    _close(_run_dnnl(op, tensors, values, (["b"] if const else []) + ["c"]), want)
+    _close(_run_dnnl(op, tensors, values, (["b"] if const else []) + ["c"], choice=(False, 1)), want)
+
+
+@pytest.mark.parametrize("case", MATMULS)
+@pytest.mark.parametrize("chain", CHAINS, ids="-".join)
+def test_matmul_epilogue_on_numpy(case, chain):
+    op, tensors, values, want, _ = _matmul_case(case, chain)
+    _close(run_library_op(op, tensors, [values[n] for n in op.inputs]), want)
+
+
+# --- forms the planner recognises -----------------------------------------------------------
+
+x = Input(0)
+
+
+def c(v):
+    return Const(float(v))
+
+
+FORMS = {  # expressions as the frontend or exporters write them -> (kind, alpha, beta)
+    "relu": (call("relu", x), ("relu", 0, 0)),
+    "clip_min0": (call("max", x, c(0)), ("relu", 0, 0)),
+    "relu6": (call("min", call("max", x, c(0)), c(6)), ("clip", 0, 6)),
+    "clip_min_after_max": (call("max", call("min", x, c(6)), c(-1)), ("clip", -1, 6)),
+    "leaky": (call("where", call("lt", x, c(0)), call("mul", x, c(0.01)), x), ("leaky_relu", 0.01, 0)),
+    "sigmoid": (call("sigmoid", x), ("sigmoid", 0, 0)),
+    "tanh": (call("tanh", x), ("tanh", 0, 0)),
+    "silu": (call("mul", x, call("sigmoid", x)), ("silu", 1, 0)),
+    "silu_swapped": (call("mul", call("sigmoid", x), x), ("silu", 1, 0)),
+    "gelu_onnx": (activation_expr("gelu_erf", 0, 0), ("gelu_erf", 0, 0)),
+    "gelu_exporter": (call("mul", call("mul", x, call("add", call("erf", call("div", x, c(1.4142135381698608))), c(1))), c(0.5)),
+                      ("gelu_erf", 0, 0)),
+    "gelu_tanh_onnx": (activation_expr("gelu_tanh", 0, 0), ("gelu_tanh", 0, 0)),
+    "gelu_tanh_pow": (call("mul", call("mul", c(0.5), x), call("add", c(1), call("tanh", call("mul", c(0.7978845608028654), call(
+        "add", x, call("mul", c(0.044715), call("pow", x, c(3)))))))), ("gelu_tanh", 0, 0)),
+    "hardsigmoid": (activation_expr("hardsigmoid", 0.2, 0.5), ("hardsigmoid", 0.2, 0.5)),
+    "hardswish": (activation_expr("hardswish", 1 / 6, 0.5), ("hardswish", 1 / 6, 0.5)),
+    "hardswish_relu6": (call("div", call("mul", x, call("min", call("max", call("add", x, c(3)), c(0)), c(6))), c(6)),
+                        ("hardswish", 1 / 6, 0.5)),
+    "elu": (call("where", call("lt", x, c(0)), call("mul", c(0.7), call("sub", call("exp", x), c(1))), x), ("elu", 0.7, 0)),
+}
+NOT_FORMS = {
+    "double": call("mul", x, c(2)),
+    "x_plus_relu": call("add", x, call("relu", x)),
+    "gelu_wrong_constant": call("mul", call("mul", c(0.5), x), call("add", c(1), call("erf", call("mul", x, c(0.8))))),
+    "silu_scaled": call("mul", c(2), call("mul", x, call("sigmoid", x))),
+    "hardsigmoid_wrong_top": call("max", c(0), call("min", c(2), call("add", call("mul", x, c(0.2)), c(0.5)))),
+    "sin": call("sin", x),
+}
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_forms_are_recognised(name):
+    expr, (kind, alpha, beta) = FORMS[name]
+    got = _activation(_canon(expr))
+    assert got is not None and got[0] == kind, got
+    assert got[1] == pytest.approx(alpha, rel=1e-6) and got[2] == pytest.approx(beta, rel=1e-6)
+    y = np.linspace(-7, 7, 301, dtype=np.float32)  # the recognised step computes what the expression does
+    np.testing.assert_allclose(_act_of(got, y), np.asarray(evaluate(expr, [y], "float32")), rtol=1e-5, atol=1e-6)
+
+
+def _act_of(step, y):
+    return np.asarray(evaluate(activation_expr(*step), [y], "float32"))
+
+
+@pytest.mark.parametrize("name", NOT_FORMS)
+def test_other_expressions_are_not_recognised(name):
+    assert _activation(_canon(NOT_FORMS[name])) is None
+
+
+# --- whole models against onnxruntime -------------------------------------------------------
+
+def _model(nodes, inputs, outputs, inits, opset=17):
+    graph = helper.make_graph(nodes, "epilogue", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _conv_model(act_nodes, final="z", xs=(1, 16, 20, 20), m=32, k=3, stride=1, group=1, extra_inputs=(), extra_outputs=(),
+                inits=None, opset=17):
+    rng = np.random.default_rng(2)
+    inits = dict(inits or {})
+    inits["W"] = (rng.standard_normal((m, xs[1] // group, k, k)) * 0.2).astype(np.float32)
+    inits["B"] = rng.standard_normal(m).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[k // 2] * 4, strides=[stride] * 2, group=group)
+    ys = (xs[0], m, (xs[2] + 2 * (k // 2) - k) // stride + 1, (xs[3] + 2 * (k // 2) - k) // stride + 1)
+    outs = [_vi(final, ys)] + [_vi(n, ys if s is None else s) for n, s in extra_outputs]
+    return _model([conv, *act_nodes], [_vi("x", xs), *[_vi(n, ys if s is None else s) for n, s in extra_inputs]], outs,
+                  inits, opset), ys
+
+
+def _check(model, expect_absorbed, engines=("native",)):
+    """The model on the oneDNN path, the numpy path (and the interpreter) against onnxruntime;
+    the library op's absorbed kinds as expected. Returns the oneDNN session."""
+    rng = np.random.default_rng(3)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sessions = []
+    for library in (None, "numpy"):
+        s = gir.Session(model, target="cpu", library=library)
+        sessions.append(s)
+        got = s.run(None, feeds)
+        for g, w in zip(got, want):
+            err = float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-30))
+            assert err < 1e-4, (library, err)
+    if "interpreter" in engines:
+        got = gir.Session(model, target="cpu", engine="interpreter").run(None, feeds)
+        for g, w in zip(got, want):
+            assert float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-30)) < 1e-4
+    s = sessions[0]
+    kinds = [what for op in s.plan.partition.library for what, _ in op.attrs.get("absorbed", ())]
+    assert kinds == list(expect_absorbed), kinds
+    if onednn.library() is not None:
+        assert s.library_path.startswith("onednn"), s.library_path
+    assert sessions[1].library_path == "numpy"
+    return s
+
+
+ACT_NODES = {  # kind -> ONNX nodes from y to z (opset 17 unless said)
+    "relu": [helper.make_node("Relu", ["y"], ["z"])],
+    "leaky_relu": [helper.make_node("LeakyRelu", ["y"], ["z"], alpha=0.1)],
+    "sigmoid": [helper.make_node("Sigmoid", ["y"], ["z"])],
+    "tanh": [helper.make_node("Tanh", ["y"], ["z"])],
+    "silu": [helper.make_node("Sigmoid", ["y"], ["s"]), helper.make_node("Mul", ["y", "s"], ["z"])],
+    "gelu_erf": [helper.make_node("Div", ["y", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["p"]), helper.make_node("Mul", ["y", "p"], ["q"]),
+                 helper.make_node("Mul", ["q", "half"], ["z"])],
+    "gelu_tanh": [helper.make_node("Pow", ["y", "three"], ["c3"]), helper.make_node("Mul", ["c3", "k"], ["c4"]),
+                  helper.make_node("Add", ["y", "c4"], ["c5"]), helper.make_node("Mul", ["c5", "s2pi"], ["c6"]),
+                  helper.make_node("Tanh", ["c6"], ["c7"]), helper.make_node("Add", ["c7", "one"], ["c8"]),
+                  helper.make_node("Mul", ["y", "c8"], ["c9"]), helper.make_node("Mul", ["c9", "half"], ["z"])],
+    "clip": [helper.make_node("Clip", ["y", "zero", "six"], ["z"])],
+    "hardsigmoid": [helper.make_node("HardSigmoid", ["y"], ["z"], alpha=0.25, beta=0.4)],
+    "hardswish": [helper.make_node("HardSwish", ["y"], ["z"])],
+    "elu": [helper.make_node("Less", ["y", "zero"], ["neg"]), helper.make_node("Exp", ["y"], ["ex"]),
+            helper.make_node("Sub", ["ex", "one"], ["em1"]), helper.make_node("Mul", ["em1", "alpha"], ["em"]),
+            helper.make_node("Where", ["neg", "em", "y"], ["z"])],
+}
+SCALARS = {"sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5), "three": np.float32(3),
+           "k": np.float32(0.044715), "s2pi": np.float32(np.sqrt(2 / np.pi)), "zero": np.float32(0),
+           "six": np.float32(6), "alpha": np.float32(0.8)}
+
+
+def _used_scalars(nodes):
+    names = {t for n in nodes for t in n.input}
+    return {k: np.array(v, np.float32) for k, v in SCALARS.items() if k in names}
+
+
+@pytest.mark.parametrize("kind", ACT_NODES)
+def test_conv_then_activation(kind):
+    nodes = ACT_NODES[kind]
+    model, _ = _conv_model(nodes, inits=_used_scalars(nodes))
+    _check(model, [kind])
+
+
+@pytest.mark.parametrize("shape", ["strided", "grouped", "batch2"])
+def test_conv_shapes_then_silu(shape):
+    kw = {"strided": {"stride": 2}, "grouped": {"group": 4}, "batch2": {"xs": (2, 16, 12, 12)}}[shape]
+    model, _ = _conv_model(ACT_NODES["silu"], **kw)
+    _check(model, ["silu"])
+
+
+def test_conv_bias_add_then_relu_without_conv_bias():
+    """An Add of a (C, 1, 1) constant after a conv without a bias becomes its bias."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((24, 8, 3, 3)) * 0.2).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["y", "C"], ["yb"]), helper.make_node("Relu", ["yb"], ["z"])]
+    model = _model(nodes, [_vi("x", (1, 8, 16, 16))], [_vi("z", (1, 24, 16, 16))],
+                   {"W": w, "C": rng.standard_normal((24, 1, 1)).astype(np.float32)})
+    s = _check(model, ["bias", "relu"], engines=("native", "interpreter"))
+    (op,) = s.plan.partition.library
+    assert len(op.inputs) == 3 and s.plan.graph.tensors[op.inputs[2]].shape == (24,)
+
+
+def test_conv_residual_then_relu():
+    nodes = [helper.make_node("Add", ["y", "r"], ["a"]), helper.make_node("Relu", ["a"], ["z"])]
+    model, _ = _conv_model(nodes, extra_inputs=[("r", None)])
+    s = _check(model, ["residual", "relu"], engines=("native", "interpreter"))
+    assert not s.plan.kernels  # nothing left for GIR
+
+
+def test_residual_from_another_conv():
+    """ResNet's shortcut: Add(conv2(relu(conv1(x))), x) -> relu; conv1's relu and conv2's residual
+    and relu are absorbed."""
+    rng = np.random.default_rng(5)
+    w1, w2 = ((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["y1"], pads=[1] * 4), helper.make_node("Relu", ["y1"], ["h"]),
+             helper.make_node("Conv", ["h", "W2"], ["y2"], pads=[1] * 4), helper.make_node("Add", ["x", "y2"], ["a"]),
+             helper.make_node("Relu", ["a"], ["z"])]
+    model = _model(nodes, [_vi("x", (1, 16, 14, 14))], [_vi("z", (1, 16, 14, 14))], {"W1": w1, "W2": w2})
+    _check(model, ["relu", "residual", "relu"])
+
+
+def test_matmul_bias_then_gelu():
+    """MatMul -> Add of a 1-D constant -> GELU (the exporters' erf chain): one library call."""
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["C", "y"], ["y1"])]
+    act = [helper.make_node(n.op_type, [("y1" if t == "y" else t) for t in n.input], list(n.output), name=f"gelu{i}")
+           for i, n in enumerate(ACT_NODES["gelu_erf"])]
+    inits = {"W": (rng.standard_normal((64, 96)) * 0.1).astype(np.float32),
+             "C": rng.standard_normal(96).astype(np.float32), **_used_scalars(act)}
+    model = _model(nodes + act, [_vi("x", (2, 32, 64))], [_vi("z", (2, 32, 96))], inits)
+    s = _check(model, ["bias", "gelu_erf"], engines=("native", "interpreter"))
+    (op,) = s.plan.partition.library
+    assert op.attrs["bias"] and op.attrs["epilogue"] == (("gelu_erf", 0.0, 0.0),)
+    assert not s.plan.kernels
+
+
+def test_matmul_onnx_gelu_op():
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "C"], ["y1"]),
+             helper.make_node("Gelu", ["y1"], ["z"], approximate="tanh")]
+    inits = {"W": (rng.standard_normal((64, 80)) * 0.1).astype(np.float32), "C": rng.standard_normal(80).astype(np.float32)}
+    model = _model(nodes, [_vi("x", (48, 64))], [_vi("z", (48, 80))], inits, opset=20)
+    _check(model, ["bias", "gelu_tanh"])
+
+
+def test_matmul_bias_residual():
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "C"], ["y1"]),
+             helper.make_node("Add", ["r", "y1"], ["z"])]
+    inits = {"W": (rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "C": rng.standard_normal(64).astype(np.float32)}
+    model = _model(nodes, [_vi("x", (2, 40, 64)), _vi("r", (2, 40, 64))], [_vi("z", (2, 40, 64))], inits)
+    _check(model, ["bias", "residual"])
+
+
+def test_an_intermediate_with_a_second_reader_is_not_absorbed():
+    """conv -> Relu, and the conv's output also summed: the Relu stays a GIR kernel."""
+    nodes = [helper.make_node("Relu", ["y"], ["z"]), helper.make_node("ReduceSum", ["y"], ["m"], keepdims=0)]
+    model, _ = _conv_model(nodes, extra_outputs=[("m", ())], opset=11)
+    s = _check(model, [])
+    assert s.plan.kernels
+
+
+def test_a_chain_intermediate_with_a_second_reader_stops_the_epilogue():
+    """bias -> Relu absorbed; the Relu's output is also read by a ReduceSum, so the Sigmoid
+    after it is not."""
+    nodes = [helper.make_node("Relu", ["y"], ["h"]), helper.make_node("Sigmoid", ["h"], ["z"]),
+             helper.make_node("ReduceSum", ["h"], ["m"], keepdims=0)]
+    model, _ = _conv_model(nodes, extra_outputs=[("m", ())], opset=11)
+    _check(model, ["relu"])
+
+
+def test_a_graph_output_intermediate_is_not_absorbed():
+    """The conv's output is a graph output: the Relu after it stays in GIR; and where the Relu's
+    output is one, the Sigmoid after it stays (the Relu is absorbed)."""
+    model, ys = _conv_model([helper.make_node("Relu", ["y"], ["z"])], extra_outputs=[("y", None)])
+    _check(model, [])
+    model, ys = _conv_model([helper.make_node("Relu", ["y"], ["h"]), helper.make_node("Sigmoid", ["h"], ["z"])],
+                            extra_outputs=[("h", None)])
+    _check(model, ["relu"])
+
+
+def test_a_per_channel_add_after_an_activation_is_not_a_bias():
+    rng = np.random.default_rng(9)
+    nodes = [helper.make_node("Relu", ["y"], ["h"]), helper.make_node("Add", ["h", "C"], ["z"])]
+    model, _ = _conv_model(nodes, inits={"C": rng.standard_normal((32, 1, 1)).astype(np.float32)})
+    _check(model, ["relu"])
+
+
+def test_explain_lists_the_epilogue():
+    model, _ = _conv_model(ACT_NODES["silu"])
+    s = gir.Session(model, target="cpu")
+    (d,) = [d for d in s.plan.partition.decisions if d.library]
+    assert d.epilogue.startswith("silu (") and "epilogue: silu" in d.reason
+
+
+def test_a_target_without_epilogues_plans_as_before():
+    """The GPU presets declare no epilogue kinds: their plans keep the activation in GIR."""
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    model, _ = _conv_model(ACT_NODES["relu"], xs=(1, 64, 32, 32), m=64)
+    target = get_target("cuda:sm_90")
+    assert supported(target)[0] == frozenset()
+    p = plan(load(model), target)
+    assert all(not op.attrs.get("absorbed") for op in p.partition.library) and p.kernels
