@@ -15,12 +15,16 @@ stops it.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
+import mmap
 import os
 import pickle
 import shutil
 import sys
 import tempfile
+import zlib
 from contextlib import suppress
 from functools import lru_cache
 from importlib import metadata
@@ -94,6 +98,24 @@ def gir_version() -> str:
     for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".h")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{gir_release()}+{digest.hexdigest()[:16]}"
+
+
+def stable_repr(obj) -> str:
+    """repr() with every set and dict in sorted order, through dataclasses, lists and tuples: a
+    set's repr follows string hashing, which each process seeds anew, so a key holding one
+    would miss in every fresh process."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = (f"{f.name}={stable_repr(getattr(obj, f.name))}" for f in dataclasses.fields(obj) if f.repr)
+        return f"{type(obj).__qualname__}({', '.join(fields)})"
+    if isinstance(obj, (set, frozenset)):
+        return f"{type(obj).__name__}({{{', '.join(sorted(stable_repr(x) for x in obj))}}})"
+    if isinstance(obj, dict):
+        items = sorted((stable_repr(k), stable_repr(v)) for k, v in obj.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(obj, (list, tuple)):
+        inner = ", ".join(stable_repr(x) for x in obj)
+        return f"[{inner}]" if isinstance(obj, list) else f"({inner}{',' if len(obj) == 1 else ''})"
+    return repr(obj)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -174,12 +196,31 @@ class Store:
 
 
 _ABSENT = object()
-_BUFFERS_MAGIC = b"GIRCACHE2\n"
+_BUFFERS_MAGIC = b"GIRCACHE3\n"
 _BUFFER_ALIGN = 64
+DIGEST_CHUNK = 8 << 20  # bytes per checksum of a BufferStore part, per digest of a model: spread over threads
 
 
 def _aligned(n: int) -> int:
     return -(-n // _BUFFER_ALIGN) * _BUFFER_ALIGN
+
+
+def _crc(piece) -> bytes:
+    return zlib.crc32(piece).to_bytes(4, "little")
+
+
+def piece_checks(views, chunk: int = DIGEST_CHUNK) -> list[bytes]:
+    """The CRC-32 of every `chunk`-byte piece of each buffer in `views`, in order, on up to four
+    threads (zlib lets go of the GIL while it sums: 3-4 GB/s a core here, sha256 1.6)."""
+    pieces = []
+    for view in views:
+        view = memoryview(view).cast("B")
+        pieces.extend(view[at:at + chunk] for at in range(0, view.nbytes, chunk))
+    if len(pieces) < 2:
+        return [_crc(p) for p in pieces]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
+        return list(pool.map(_crc, pieces))
 
 
 # A BufferStore kind holds whole sessions with their weights, one entry per model, target and GIR
@@ -218,44 +259,70 @@ def trim(folder: Path, budget: int, keep: Path | None = None) -> int:
     return freed
 
 
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data, buffers, resolve):
+        super().__init__(io.BytesIO(data), buffers=buffers)
+        self._resolve = resolve
+
+    def persistent_load(self, pid):
+        if self._resolve is None:
+            raise pickle.UnpicklingError("the entry refers to data outside it, and nothing resolves it")
+        return self._resolve(pid)
+
+
 class BufferStore(Store):
-    """A Store for values that hold large arrays (a session's plan with the model's weights):
-    numpy's buffers are pickled out of band (protocol 5) and written after the pickle, and read
-    back into one 64-byte aligned block that the arrays then view, so an entry costs its size
-    in memory once, not three times (file bytes, payload copy, arrays). Layout: magic, sha256 of
-    the rest, the number of parts and each part's length (8 bytes each), then the parts (the
-    pickle, the buffers), each starting at a multiple of 64 bytes from the file's start.
+    """A Store for values that hold large arrays (a session's plan with the constants it derived):
+    numpy's buffers are pickled out of band (protocol 5) and written after the pickle, each at a
+    multiple of 64 bytes from the file's start. A read maps the file (copy on write: nothing
+    written to an array reaches the file) and the arrays view the mapping: nothing is copied,
+    and the pages are the page cache's. Layout: magic, sha256 of the table, the table's length
+    (8 bytes), the table (the number of parts and each part's length, 8 bytes each, the piece
+    size, then the CRC-32 of every piece of every part), then the parts (the pickle, the
+    buffers). A read checks the table's digest, the file's length and every piece's CRC (on a
+    few threads; a CRC, not a sha256, because it guards against damage, not forgery, at twice
+    the speed); an entry that does not check is a miss and is removed. Entries are only ever
+    replaced by a rename and removed by an unlink, never rewritten in place, so a mapping never
+    sees its file change.
+
+    `put(key, value, refer=)` and `get(key, resolve=)` keep objects that live elsewhere out of the
+    entry: `refer(obj)` returns a token (any picklable value) for an object not to be stored,
+    None for the rest (pickle's `persistent_id`); `resolve(token)` gives the object back when the
+    entry is read (`persistent_load`): a session's entry refers to the model file's own tensors
+    this way instead of holding copies. An entry with tokens read without `resolve` is a miss.
     The kind's folder is kept under `buffer_store_budget()` bytes, least recently used first."""
 
-    def _load(self, key):
-        import numpy as np
+    def _load(self, key, resolve=None):
         path = self._path(key)
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                raw = np.empty(size + _BUFFER_ALIGN, np.uint8)
-                skip = -raw.ctypes.data % _BUFFER_ALIGN
-                blob = raw[skip:skip + size]
-                if f.readinto(memoryview(blob)) != size:
-                    raise OSError("short read")
+            f = open(path, "rb")
         except OSError:
             return False, None
-        view, n = memoryview(blob), len(_BUFFERS_MAGIC)
         try:
-            if bytes(view[:n]) != _BUFFERS_MAGIC or hashlib.sha256(view[n + 32:]).digest() != bytes(view[n:n + 32]):
-                raise ValueError("checksum")
-            at = n + 32
-            count = int.from_bytes(view[at:at + 8], "little")
-            sizes = [int.from_bytes(view[at + 8 * (i + 1):at + 8 * (i + 2)], "little") for i in range(count)]
-            at += 8 * (count + 1)
-            parts = []
+            with f:
+                size = os.fstat(f.fileno()).st_size
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else b""
+            view, n = memoryview(mapped), len(_BUFFERS_MAGIC)
+            if bytes(view[:n]) != _BUFFERS_MAGIC or size < n + 40:
+                raise ValueError("magic")
+            length = int.from_bytes(view[n + 32:n + 40], "little")
+            table = view[n + 40:n + 40 + length]
+            if length < 16 or len(table) != length or hashlib.sha256(table).digest() != bytes(view[n:n + 32]):
+                raise ValueError("table")
+            count = int.from_bytes(table[:8], "little")
+            sizes = [int.from_bytes(table[8 * (i + 1):8 * (i + 2)], "little") for i in range(count)]
+            chunk = int.from_bytes(table[8 * (count + 1):8 * (count + 2)], "little")
+            digests = table[8 * (count + 2):]
+            at, parts = n + 40 + length, []
             for part in sizes:
                 at = _aligned(at)
                 parts.append(view[at:at + part])
                 at += part
-            if at != size:
+            if at != size or not count or chunk < 1:
                 raise ValueError("length")
-            value = pickle.loads(parts[0], buffers=parts[1:])
+            expected = [bytes(digests[4 * i:4 * (i + 1)]) for i in range(len(digests) // 4)]
+            if len(digests) % 4 or piece_checks(parts, chunk) != expected:
+                raise ValueError("checksum")
+            value = _Unpickler(parts[0], parts[1:], resolve).load()
             with suppress(OSError):
                 os.utime(path)  # recently used: `trim` removes it last
             return True, value
@@ -265,26 +332,42 @@ class BufferStore(Store):
                 path.unlink()
             return False, None
 
+    def get(self, key, default=None, resolve=None):
+        if key not in self._read:
+            found, value = self._load(key, resolve)
+            if not found:
+                self.misses += 1
+                return default
+            self._read[key] = value
+            self.hits += 1
+        return self._read[key]
+
     def __setitem__(self, key, value) -> None:
+        self.put(key, value)
+
+    def put(self, key, value, refer=None) -> None:
         self._read[key] = value
-        buffers = []
-        head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-        parts = [memoryview(head)] + [b.raw() for b in buffers]
-        table = len(parts).to_bytes(8, "little") + b"".join(p.nbytes.to_bytes(8, "little") for p in parts)
-        chunks, at = [table], len(_BUFFERS_MAGIC) + 32 + len(table)
+        buffers, head = [], io.BytesIO()
+        pickler = pickle.Pickler(head, protocol=5, buffer_callback=buffers.append)
+        if refer is not None:
+            pickler.persistent_id = refer
+        pickler.dump(value)
+        parts = [head.getbuffer()] + [b.raw() for b in buffers]
+        table = b"".join(n.to_bytes(8, "little") for n in (len(parts), *(p.nbytes for p in parts), DIGEST_CHUNK))
+        table += b"".join(piece_checks(parts))
+        chunks, at = [], len(_BUFFERS_MAGIC) + 40 + len(table)
         for part in parts:
             chunks.append(bytes(_aligned(at) - at))
             chunks.append(part)
             at = _aligned(at) + part.nbytes
-        digest = hashlib.sha256()
-        for chunk in chunks:
-            digest.update(chunk)
         try:
             folder = cache_dir(self.kind)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    for chunk in (_BUFFERS_MAGIC, digest.digest(), *chunks):
+                    f.write(_BUFFERS_MAGIC + hashlib.sha256(table).digest() + len(table).to_bytes(8, "little"))
+                    f.write(table)
+                    for chunk in chunks:
                         f.write(chunk)
                 os.replace(tmp, self._path(key))
             except BaseException:

@@ -72,43 +72,86 @@ def _engine_factory(name: str, target, model: str):
 
 
 def _session_cache(model, input_shapes, target, limit, plan_cache):
-    """(Store, key) of whole plans when `plan_cache` is the persistent cache, else (None, None).
-    A model file or ModelProto seen before with the same bound shapes, target, `limit` and GIR
-    version is not loaded or planned again: its graph, plan and memory plan are read back
-    (bert_tiny in a fresh process: 6-10 s of planning with every fused group a plan-cache hit,
-    against a fraction of a second). The key is the model's bytes (and external data), hashed
-    without parsing them; a BasicGraph is planned every time."""
-    from gir.cache import BufferStore, Store, gir_version
+    """(Store, key, ModelBytes or None) of whole plans when `plan_cache` is the persistent cache,
+    else (None, None, None). A model file or ModelProto seen before with the same bound shapes,
+    target, `limit` and GIR version is not loaded or planned again: its graph, plan, memory plan
+    and emitted kernels are read back (GPT-2 in a fresh process: seconds of loading, planning and
+    emitting against a fraction of one). A model file is keyed by the digest of its bytes, read
+    once into memory (`ModelBytes`), and its entry refers to the initializers in those bytes
+    instead of holding copies; a model with external data is keyed by gir.model_digest (the file
+    and every range it names) and its entry holds every constant; a ModelProto is keyed by its
+    serialized bytes; a BasicGraph is planned every time."""
+    from gir.cache import BufferStore, Store, gir_version, stable_repr
+    none = None, None, None
     if not isinstance(plan_cache, Store) or isinstance(model, BasicGraph):
-        return None, None
+        return none
+    source = None
     if isinstance(model, (str, os.PathLike)):
-        from gir.model_digest import model_digest
-        try:  # the file's stem names the model (error messages)
-            digest = model_digest(os.fspath(model)), "file", Path(model).stem
-        except Exception:  # noqa: BLE001 -- a refused model: the loader says why, uncached
-            digest = None
-        if digest and digest[0] is None:
-            digest = None
+        from .model_bytes import ModelBytes
+        path = os.fspath(model)
+        source = ModelBytes.read(path)
+        if source is None:  # unreadable or not a model: the loader says why, uncached
+            return none
+        digest = source.digest, "bytes", Path(path).stem  # the file's stem names the model (error messages)
+        if source.external:
+            from gir.model_digest import model_digest
+            try:
+                digest, source = (model_digest(path), "file", Path(path).stem), None
+            except Exception:  # noqa: BLE001 -- a refused model: the loader says why, uncached
+                return none
+            if digest[0] is None:
+                return none
     elif hasattr(model, "SerializeToString"):
         digest = hashlib.sha256(model.SerializeToString()).hexdigest(), "proto"
     else:
-        digest = None
-    if digest is None:
-        return None, None
+        return none
     shapes = tuple(sorted((str(k), tuple(v) if isinstance(v, (list, tuple)) else v)
                           for k, v in (input_shapes or {}).items()))
     try:
-        target = repr(get_target(target))
+        target = stable_repr(get_target(target))  # its sets in a fixed order: the same key in every process
     except Exception:  # noqa: BLE001 -- an unknown target: the session reports it, uncached
-        return None, None
-    return BufferStore("session", gir_version(), target, limit), (digest, shapes)
+        return none
+    return BufferStore("session", gir_version(), target, limit), (digest, shapes), source
+
+
+_ENTRY = 5  # (graph, plan, memory plan, library layouts, emitted kernels or None)
+
+
+def _read_entry(sessions, key, source):
+    """The entry of `key` with the model's own tensors resolved from `source`, or None."""
+    if sessions is None:
+        return None
+    cached = sessions.get(key, resolve=source.resolve if source is not None else None)
+    return cached if isinstance(cached, tuple) and len(cached) == _ENTRY else None  # none, or of another layout
+
+
+def _write_entry(sessions, key, source, value, planned: bool) -> None:
+    """Store a session; where the model is a file, its initializers as tokens into its bytes. After
+    a plan made from a fresh load, the file is read again and the entry kept only if it still
+    has the bytes it was keyed by (a file rewritten while it was planned is not cached)."""
+    refer = None
+    if source is not None:
+        if planned:
+            from .model_bytes import ModelBytes
+            again = ModelBytes.read(source.path)
+            if again is None or again.digest != source.digest:
+                return
+            source = again
+        graph, plan_ = value[0], value[1]
+        arrays = [t.value for g in (graph, plan_.graph) for t in g.tensors.values() if t.value is not None]
+        held = {id(a): a for a in arrays}  # alive while pickling: no other object has their ids
+        tokens = {i: (held[i], token) for i, token in source.refer(arrays).items()}
+
+        def refer(obj):
+            found = tokens.get(id(obj))
+            return found[1] if found is not None and found[0] is obj else None
+    sessions.put(key, value, refer=refer)
 
 
 def cached_graph(model, input_shapes, target, limit, plan_cache) -> BasicGraph | None:
     """The loaded graph of a model the session cache holds (what `Session` would read back)."""
-    sessions, key = _session_cache(model, input_shapes, target, limit, plan_cache)
-    cached = sessions.get(key) if sessions is not None else None
-    return cached[0] if isinstance(cached, tuple) and len(cached) == 4 else None
+    cached = _read_entry(*_session_cache(model, input_shapes, target, limit, plan_cache))
+    return cached[0] if cached is not None else None
 
 
 class Session:
@@ -129,10 +172,8 @@ class Session:
         if isinstance(model, BasicGraph) and input_shapes:
             raise SessionError(f"{model.model_name}: input_shapes binds dims when a model is loaded; this graph "
                                f"is loaded already (pass input_shapes to gir.frontend.load instead)")
-        sessions, key = _session_cache(model, input_shapes, target, limit, plan_cache)
-        cached = sessions.get(key) if sessions is not None else None
-        if not (isinstance(cached, tuple) and len(cached) == 4):  # none, or of another layout
-            cached = None
+        sessions, key, source = _session_cache(model, input_shapes, target, limit, plan_cache)
+        cached = _read_entry(sessions, key, source)
         if cached is not None:
             self.graph = cached[0]
         else:
@@ -148,16 +189,20 @@ class Session:
         self.target = get_target(target)
         make_engine = _engine_factory(engine, self.target, self.graph.model_name)
         if cached is not None:
-            _, self.plan, self.memory, layouts = cached
+            _, self.plan, self.memory, layouts, emitted = cached
         else:
             self.plan = plan(self.graph, self.target, limit=limit, progress=progress, cache=plan_cache)
             self.memory = plan_memory(self.plan)
-            layouts = {}
+            layouts, emitted = {}, None
         self.cached = cached is not None
-        self.engine = make_engine(self.plan, self.memory, library=library, layouts=layouts)
-        if sessions is not None and (cached is None or getattr(self.engine, "layouts", {}) != layouts):
+        options = {"emitted": emitted} if emitted is not None else {}  # the CPU engine's kernels, not emitted again
+        self.engine = make_engine(self.plan, self.memory, library=library, layouts=layouts, **options)
+        made = getattr(self.engine, "emitted", None)
+        if sessions is not None and (cached is None or getattr(self.engine, "layouts", {}) != layouts
+                                     or (emitted is None and made is not None)):
             # with the layouts the CPU engine timed for its convs (not timed again)
-            sessions[key] = (self.graph, self.plan, self.memory, dict(getattr(self.engine, "layouts", {})))
+            _write_entry(sessions, key, source, (self.graph, self.plan, self.memory,
+                                                 dict(getattr(self.engine, "layouts", {})), made), cached is None)
         self._gathers = input_gathers(self.plan)
 
     @property

@@ -33,12 +33,15 @@ class NativeCpuEngine:
     ops; `library_ops` maps each library op's name to its oneDNN implementation or the reason
     numpy runs it. `library` chooses: None (oneDNN where it can, $GIR_CPU_LIBRARY=numpy turns
     it off) or "numpy". `layouts`: library op name -> (blocked, threads) (onednn.prepare), as
-    chosen before (a session read back from the cache); the engine's own choices are its `layouts`."""
+    chosen before (a session read back from the cache); the engine's own choices are its `layouts`.
+    `emitted`: emit_plan's (source, launches) of this plan, kept with it (the session cache), else
+    emitted here; the engine's `emitted`."""
 
-    def __init__(self, plan, memory: MemoryPlan, library: str | None = None, layouts: dict | None = None):
+    def __init__(self, plan, memory: MemoryPlan, library: str | None = None, layouts: dict | None = None,
+                 emitted: tuple | None = None):
         self.plan, self.memory = plan, memory
         g = plan.graph
-        source, launches = emit_plan(CpuEmitter(plan.target), plan)
+        source, launches = self.emitted = emitted or emit_plan(CpuEmitter(plan.target), plan)
         lib = build(source, g.model_name)
         self.arena = onednn.aligned_bytes(memory.arena_bytes, 256)  # the memory plan's ALIGN, from its start
         self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)

@@ -1,0 +1,216 @@
+"""A model file read once for the session cache (fast start, issue 25): its bytes in one private,
+aligned block, the digest that keys the cache, and where each initializer's raw data lies in it.
+
+Why: a session read back from the cache needs the model's weights, and the model's own
+initializers are already in the file. The cache entry stores only the constants the plan
+derived (transposed, folded, ...) and, for the rest, a token (offset, length, dtype, shape) into
+the model file's bytes; the key is the digest of exactly those bytes, so a token can only ever
+be resolved against the bytes it was made from. The bytes are read into private memory and
+hashed there (not mapped): what the session computes with is what was hashed, even if the file
+is rewritten while the session lives (a mapped file that is truncated kills the process).
+
+The digest is a sha256 over the sha256 of each 8 MiB piece, hashed on a few threads; the file is
+not parsed (onnx parses a 500 MB GPT-2 in seconds), only walked: the protobuf wire format of
+ModelProto.graph.initializer[*].raw_data (a few thousand tags in Python). A model with external
+data (an initializer with data_location EXTERNAL, or the `location` key anywhere outside the
+raw data) is keyed by gir.model_digest instead, and refers to nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from gir.cache import DIGEST_CHUNK
+
+_LOCATION = b"\x0a\x08location"
+ALIGN = 64
+
+
+def _varint(mv, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = mv[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(mv, start: int, end: int):
+    """(field number, wire type, value or start, end) of each field in mv[start:end]."""
+    i = start
+    while i < end:
+        tag, i = _varint(mv, i)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, i = _varint(mv, i)
+            yield field, wire, value, i
+        elif wire == 2:
+            n, i = _varint(mv, i)
+            if i + n > end:
+                raise ValueError("field past its message")
+            yield field, wire, i, i + n
+            i += n
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+            yield field, wire, None, i
+        else:
+            raise ValueError(f"wire type {wire}")
+    if i != end:
+        raise ValueError("message past its end")
+
+
+def raw_regions(mv) -> tuple[list[tuple[int, int]], bool]:
+    """([(offset, length)] of each graph initializer's raw_data, in file order; whether the model
+    names external data). `mv`: the file's bytes (a memoryview or mmap). Raises ValueError where
+    the bytes are not a model's wire format."""
+    regions, external = [], False
+    for field, wire, a, b in _fields(mv, 0, len(mv)):
+        if field != 7 or wire != 2:  # ModelProto.graph
+            continue
+        for gfield, gwire, ga, gb in _fields(mv, a, b):
+            if gfield != 5 or gwire != 2:  # GraphProto.initializer
+                continue
+            for tfield, twire, ta, tb in _fields(mv, ga, gb):
+                if tfield == 9 and twire == 2:  # TensorProto.raw_data
+                    regions.append((ta, tb - ta))
+                elif tfield == 14 and twire == 0 and ta == 1:  # data_location EXTERNAL
+                    external = True
+    regions.sort()
+    at = 0  # the location key outside the raw data: a node's tensor, a function's, ... names a file
+    for offset, length in [*regions, (len(mv), 0)]:
+        if offset > at and _find(mv, at, offset):
+            external = True
+        at = max(at, offset + length)
+    return regions, external
+
+
+def _find(mv, start: int, end: int) -> bool:
+    if hasattr(mv, "find"):  # an mmap searches in place
+        return mv.find(_LOCATION, start, end) >= 0
+    return bytes(mv[start:end]).find(_LOCATION) >= 0
+
+
+def _aligned_empty(n: int) -> np.ndarray:
+    raw = np.empty(n + ALIGN, np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip:skip + n]
+
+
+def _layout(regions: list, size: int) -> tuple[list[tuple[int, int, int]], dict[int, tuple[int, int]], int]:
+    """Where the file's bytes go in the private block: (file offset, length, position) segments in
+    file order, each initializer's raw data starting at a multiple of 64 bytes (a kernel may
+    load a weight with aligned vector instructions; onnx's raw data lies anywhere); {offset:
+    (length, position)} of those; the block's size."""
+    segments, placed, at, pos = [], {}, 0, 0
+    for offset, length in regions:
+        if length < ALIGN or offset < at:
+            continue
+        if offset > at:
+            segments.append((at, offset - at, pos))
+            pos += offset - at
+        pos = -(-pos // ALIGN) * ALIGN
+        segments.append((offset, length, pos))
+        placed[offset] = length, pos
+        pos, at = pos + length, offset + length
+    if at < size:
+        segments.append((at, size - at, pos))
+        pos += size - at
+    return segments, placed, pos
+
+
+class ModelBytes:
+    """`read(path)`: the file's bytes in one private block (`data`; each initializer's raw data at a
+    multiple of 64 bytes), `digest` (hex, the session cache's key), `regions` (initializer raw
+    data: file offset -> (length, position in `data`)) and `external`."""
+
+    def __init__(self, path: str, data: np.ndarray, digest: str, regions: dict, external: bool):
+        self.path, self.data, self.digest, self.regions, self.external = path, data, digest, regions, external
+
+    @classmethod
+    def read(cls, path: str) -> ModelBytes | None:
+        """None where the file cannot be read whole (missing, not a regular file, changing size) or
+        is not a model's wire format: the loader then says why, and the session is not cached."""
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO blocks, a device never ends: never opened
+                return None
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except (OSError, ValueError):
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            if st.st_size:
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:  # walked, not read: the tags only
+                    regions, external = raw_regions(mapped)
+            else:
+                regions, external = [], False
+            segments, placed, size = _layout(regions, st.st_size)
+            data = _aligned_empty(size)
+            pieces = [(offset + at, min(DIGEST_CHUNK, length - at), pos + at)
+                      for offset, length, pos in segments for at in range(0, length, DIGEST_CHUNK)]
+
+            def read(piece):  # os.preadv and hashlib both let go of the GIL
+                offset, n, pos = piece
+                view, done = memoryview(data[pos:pos + n]), 0
+                while done < n:
+                    got = os.preadv(fd, [view[done:]], offset + done)
+                    if got <= 0:
+                        raise OSError("the file got shorter while it was read")
+                    done += got
+                return hashlib.sha256(view).digest()
+
+            if len(pieces) > 1:
+                with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
+                    digests = list(pool.map(read, pieces))
+            else:
+                digests = [read(p) for p in pieces]
+            after = os.fstat(fd)
+            if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+                return None  # rewritten while it was read
+        except (OSError, ValueError, IndexError):
+            return None
+        finally:
+            os.close(fd)
+        # the pieces follow from the bytes (where the raw data lies), so equal digests mean equal files
+        head = b"gir-model-bytes-1\0%d\0" % st.st_size + b"".join(b"%d,%d;" % (o, n) for o, n, _ in pieces)
+        digest = hashlib.sha256(head + b"".join(digests)).hexdigest()
+        return cls(path, data, digest, placed, external)
+
+    def refer(self, arrays) -> dict[int, tuple]:
+        """{id(array): token} for each array of `arrays` whose bytes are exactly one initializer's
+        raw data (C order, little-endian as ONNX stores it); the rest are not the model's own."""
+        by_size: dict[int, list[tuple[int, int]]] = {}
+        for offset, (length, pos) in self.regions.items():
+            by_size.setdefault(length, []).append((offset, pos))
+        tokens = {}
+        for a in arrays:
+            if (id(a) in tokens or not isinstance(a, np.ndarray) or not a.flags.c_contiguous or a.nbytes < ALIGN
+                    or a.dtype.byteorder == ">" or a.dtype.hasobject):
+                continue
+            mine = a.reshape(-1).view(np.uint8)
+            ends = (slice(0, ALIGN), slice(a.nbytes - ALIGN, a.nbytes))  # same-sized weights differ here first
+            for offset, pos in by_size.get(a.nbytes, ()):
+                theirs = self.data[pos:pos + a.nbytes]
+                if all(np.array_equal(theirs[e], mine[e]) for e in ends) and np.array_equal(theirs, mine):
+                    tokens[id(a)] = ("gir-model", offset, a.nbytes, a.dtype.str, tuple(a.shape))
+                    break
+        return tokens
+
+    def resolve(self, token) -> np.ndarray:
+        """The array a token of `refer` stands for: a view of these bytes (it starts at a multiple
+        of 64 bytes). The token must name exactly one initializer's raw data here."""
+        tag, offset, nbytes, dtype, shape = token
+        length, pos = self.regions.get(offset, (None, None))
+        if tag != "gir-model" or length != nbytes:
+            raise ValueError(f"{self.path}: no initializer of {nbytes} bytes at {offset}")
+        return self.data[pos:pos + nbytes].view(np.dtype(dtype)).reshape(shape)
