@@ -23,7 +23,7 @@ def compile_outputs(graph, result, explain: dict, jobs: int = 1, on_built=None) 
     for i, step in enumerate(result.steps):
         if i not in built:
             steps.append({"kind": "library", "op": step.kind, "name": step.name, "inputs": step.inputs,
-                          "outputs": step.outputs})
+                          "outputs": step.outputs, **_epilogue(step)})
             continue
         stem, source = f"kernels/k{i:03d}", f"kernels/k{i:03d}{suffix}"
         files[stem + ".gir.txt"] = (to_text(step.graph) + "\n").encode()
@@ -38,3 +38,13 @@ def compile_outputs(graph, result, explain: dict, jobs: int = 1, on_built=None) 
     files["explain.json"] = json.dumps(explain, indent=1).encode()
     files.update(report_files(result))
     return files
+
+
+def _epilogue(step) -> dict:
+    """A library step's absorbed epilogue (gir/fusion/epilogue.py), {} for none: `bias` (a
+    matmul's third input is its bias) and `epilogue`, the steps after it in order."""
+    if not step.attrs.get("absorbed"):
+        return {}
+    return {"bias": bool(step.attrs.get("bias")),
+            "epilogue": [{"kind": k, "alpha": a, "beta": b} if k != "residual" else {"kind": k, "input": int(a)}
+                         for k, a, b in step.attrs.get("epilogue", ())]}

@@ -453,3 +453,38 @@ def test_a_target_without_epilogues_plans_as_before():
     assert supported(target)[0] == frozenset()
     p = plan(load(model), target)
     assert all(not op.attrs.get("absorbed") for op in p.partition.library) and p.kernels
+
+
+def test_report_and_plan_json_carry_the_epilogue():
+    from gir.compile_outputs import _epilogue
+    from gir.report import _blocks
+    nodes = [helper.make_node("Add", ["y", "r"], ["a"]), helper.make_node("Relu", ["a"], ["z"])]
+    model, _ = _conv_model(nodes, extra_inputs=[("r", None)])
+    s = gir.Session(model, target="cpu")
+    (op,) = s.plan.partition.library
+    assert _epilogue(op) == {"bias": False, "epilogue": [{"kind": "residual", "input": 3},
+                                                         {"kind": "relu", "alpha": 0.0, "beta": 0.0}]}
+    tables = [b for b in _blocks(s.plan) if b[0] == "table" and "epilogue" in b[1]]
+    assert tables and tables[0][2][0][2].startswith("residual (") and "relu (" in tables[0][2][0][2]
+
+
+def test_the_gpu_engine_refuses_an_epilogue_it_does_not_run(monkeypatch):
+    """A GPU target made to declare an epilogue (its library path runs none): the plan absorbs
+    it, and the device engine (on the recording stand-in) refuses the plan in one line instead
+    of dropping the ReLU."""
+    import dataclasses
+
+    from gir.backends import device_engine as device
+    from gir.backends.errors import LibraryUnavailable
+    from gir.backends.harness.recording import RecordingLauncher, harness_toolchain
+    from gir.runtime import session as session_module
+    launcher = RecordingLauncher(dialect="cuda")
+    monkeypatch.setattr(device, "open_launcher", lambda b: launcher)
+    monkeypatch.setattr(device, "_toolchain", harness_toolchain)
+    real = session_module.get_target
+    monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
+        real(name), peak_flops=1.0, peak_matrix_flops=1.0,
+        extra={"library_epilogues": {"kinds": frozenset({"relu"}), "dtypes": ("float32",)}}))
+    model, _ = _conv_model(ACT_NODES["relu"])
+    with pytest.raises(LibraryUnavailable, match="epilogue \\(relu\\)"):
+        gir.Session(model, target="cuda:sm_90")

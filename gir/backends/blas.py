@@ -21,6 +21,11 @@ import numpy as np
 from gir.ir.dtypes import HALF_NP
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")  # what the library path takes (fp16/bf16 accumulate in fp32)
+# Library-op epilogues (gir/fusion/epilogue.py) the GPU library path runs: none yet. cuBLASLt has
+# bias, ReLU and GELU epilogues (nvmath-python's MatmulEpilogue), not wired into Gemm and the
+# recording stand-in; the GPU presets declare no `library_epilogues`, so their plans keep those
+# ops in GIR kernels, and the device engine refuses a plan that carries one.
+EPILOGUE_KINDS: frozenset = frozenset()
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from gir.ir.dtypes import np_dtype
 from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.memory import MemoryPlan, locate, output_roots
 
-from .blas import DTYPES, row_major_matmul
+from .blas import DTYPES, EPILOGUE_KINDS, row_major_matmul
 from .errors import LibraryUnavailable
 from .kernels import check_resources, check_shared, emit_plan
 from .launcher_base import DeviceBuffer, Launcher
@@ -159,6 +159,11 @@ class DeviceEngine:
             if dtype not in DTYPES or any(g.tensors[t].dtype != dtype for t in op.inputs):
                 raise LibraryUnavailable(f"{g.model_name}: {op.origin}: a {op.kind} of {dtype} has no GPU library "
                                          f"kernel here (library ops take {', '.join(DTYPES)})")
+            kinds = [what for what, _ in op.attrs.get("absorbed", ())]
+            if any(k not in EPILOGUE_KINDS for k in kinds):
+                raise LibraryUnavailable(f"{g.model_name}: {op.origin}: the plan gives this {op.kind} an epilogue "
+                                         f"({', '.join(kinds)}) that the GPU library path does not run (it takes "
+                                         f"{', '.join(sorted(EPILOGUE_KINDS)) or 'none'}): plan the model for this target")
         if library:
             launcher.check_library()
         self.library_path = launcher.library if library else "none (no library ops)"

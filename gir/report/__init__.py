@@ -39,8 +39,12 @@ def _blocks(plan) -> list[tuple]:
               "target's ridge point; the rest is lowered into basic operators and fused. Blue: library calls, "
               "orange: fused subgraphs; arrows are tensors."),
         ("pictures", [("report/partition.svg", partition_svg(plan), "partition")]),
-        ("table", ["op", "placed", "reason"],
-         [[d.op, "library" if d.library else "GIR", d.reason] for d in plan.partition.decisions]),
+        ("p", "A library call's epilogue: the bias add, activations and residual add right after it that the "
+              "target's library runs as part of the call (oneDNN post-ops on the CPU); those ops leave the fused "
+              "subgraphs."),
+        ("table", ["op", "placed", "epilogue", "reason"],
+         [[d.op, "library" if d.library else "GIR", getattr(d, "epilogue", ""), d.reason.split("; epilogue: ")[0]]
+          for d in plan.partition.decisions]),
         ("h", 2, "Fused subgraphs"),
         ("table", ["subgraph", "ops", "kernels", "launches", "DRAM one kernel per op", "DRAM GIR", "DRAM bound",
                    "GIR / bound", "modelled (us)"],
