@@ -290,6 +290,8 @@ def _check(model, expect_absorbed, engines=("native",)):
     assert kinds == list(expect_absorbed), kinds
     if onednn.library() is not None:
         assert s.library_path.startswith("onednn"), s.library_path
+        for op in s.plan.partition.library:  # an epilogue must not push oneDNN onto its reference kernels
+            assert "ref:" not in s.engine.library_ops[op.name], s.engine.library_ops[op.name]
     assert sessions[1].library_path == "numpy"
     return s
 
@@ -488,3 +490,15 @@ def test_the_gpu_engine_refuses_an_epilogue_it_does_not_run(monkeypatch):
     model, _ = _conv_model(ACT_NODES["relu"])
     with pytest.raises(LibraryUnavailable, match="epilogue \\(relu\\)"):
         gir.Session(model, target="cuda:sm_90")
+
+
+def test_the_cpu_target_repr_is_the_same_in_every_process():
+    """Caches key sessions by repr(target): the declared kinds must print in one order (a
+    frozenset printed in each process's hash order, and no session was ever read back)."""
+    import os
+    import subprocess
+    import sys
+    code = "from gir.ir import get_target; print(repr(get_target('cpu').extra))"
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
+    assert len(seen) == 1

@@ -37,7 +37,7 @@ POST_OPS = {
     "hardsigmoid": (7, lambda a, b: (a, b)), "hardswish": (8, lambda a, b: (a, b)),
     "elu": (9, lambda a, b: (a, 0.0)), "residual": (-1, lambda a, b: (0.0, 0.0)),
 }
-EPILOGUES = {"kinds": frozenset({"bias", *POST_OPS}), "dtypes": ("float32",)}
+EPILOGUES = {"kinds": tuple(sorted({"bias", *POST_OPS})), "dtypes": ("float32",)}  # sorted: repr(target) keys caches
 WHEEL, DEVEL = "onednn-cpu-gomp", "onednn-devel-cpu-gomp"
 # $GIR_CPU_LIBRARY=numpy runs every library op through numpy (comparisons, debugging).
 ENV = "GIR_CPU_LIBRARY"

@@ -27,9 +27,14 @@ typedef struct {
     dnnl_primitive_t src_reorder, dst_reorder;
     int wei_const, has_bias;
     int threads; /* OpenMP threads a run uses: 0 = the pool's default */
-    /* the epilogue's residual inputs: binary-add post-ops over the output's plain dims */
-    int n_bin;
-    int bin_index[GIR_MAX_POST]; /* the post-op's position in the chain */
+    /* the epilogue's residual inputs, in order: the first is a sum post-op (the output is
+     * filled with it before the run: a plain copy, or a reorder into the primitive's layout), the
+     * others binary-add post-ops over the output's plain dims */
+    int n_res, has_sum;
+    size_t res_bytes;
+    dnnl_memory_t sum_user;          /* the first residual as a plain memory (blocked output) */
+    dnnl_primitive_t sum_reorder;    /* ... reordered into the primitive's dst */
+    int bin_index[GIR_MAX_POST];     /* a binary post-op's position in the chain */
     dnnl_memory_t bin[GIR_MAX_POST];
 } gir_op;
 
@@ -63,7 +68,10 @@ static int any_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
 }
 
 /* An epilogue step: kind >= 0 is an eltwise post-op of the table below (alpha, beta as oneDNN
- * takes them), GIR_POST_RESIDUAL a binary add of a tensor of the output's (plain) dims. */
+ * takes them), GIR_POST_RESIDUAL the add of a tensor of the output's (plain) dims: the first as
+ * a sum post-op (every jit convolution and matmul takes one; a binary add of a plain tensor to a
+ * blocked output left only oneDNN's reference convolution, 50x slower on EfficientNet-B0), any
+ * further one as a binary add. */
 #define GIR_POST_RESIDUAL (-1)
 static const dnnl_alg_kind_t eltwise_algs[] = {
     dnnl_eltwise_relu, dnnl_eltwise_logistic, dnnl_eltwise_tanh, dnnl_eltwise_swish, dnnl_eltwise_gelu_erf,
@@ -81,10 +89,14 @@ static int make_post_ops(gir_op *op, int n_post, const int *kinds, const float *
     CHECK(dnnl_post_ops_create(&po));
     int r = 0;
     for (int i = 0; i < n_post && !r; i++) {
-        if (kinds[i] == GIR_POST_RESIDUAL) {
+        if (kinds[i] == GIR_POST_RESIDUAL && !op->has_sum) {
+            r = (int)dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef);
+            op->has_sum = 1;
+            op->n_res++;
+        } else if (kinds[i] == GIR_POST_RESIDUAL) {
             r = (int)dnnl_post_ops_append_binary(po, dnnl_binary_add, dst_plain);
-            if (!r) r = (int)dnnl_memory_create(&op->bin[op->n_bin], dst_plain, engine, DNNL_MEMORY_NONE);
-            if (!r) op->bin_index[op->n_bin++] = i;
+            if (!r) r = (int)dnnl_memory_create(&op->bin[op->n_res], dst_plain, engine, DNNL_MEMORY_NONE);
+            if (!r) op->bin_index[op->n_res++] = i;
         } else if (kinds[i] >= 0 && kinds[i] < GIR_N_ELTWISE) {
             r = (int)dnnl_post_ops_append_eltwise(po, eltwise_algs[kinds[i]], alpha[i], beta[i]);
         } else {
@@ -167,6 +179,11 @@ static int finish(gir_op *op, dnnl_primitive_desc_t pd, const_dnnl_memory_desc_t
     CHECK(dnnl_primitive_create(&op->prim, pd));
     CHECK(bind_activation(pd, dnnl_query_src_md, src_user, &op->src, &op->src_user, &op->src_reorder, 1));
     CHECK(bind_activation(pd, dnnl_query_dst_md, dst_user, &op->dst, &op->dst_user, &op->dst_reorder, 0));
+    op->res_bytes = dnnl_memory_desc_get_size(dst_user);
+    if (op->has_sum && op->dst_reorder) {
+        CHECK(dnnl_memory_create(&op->sum_user, dst_user, engine, DNNL_MEMORY_NONE));
+        CHECK(make_reorder(op->sum_user, op->dst, &op->sum_reorder));
+    }
     CHECK(bind_weights(op, pd, wei_user, w));
     if (op->has_bias) {
         const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
@@ -338,7 +355,16 @@ static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void 
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, op->bias};
     }
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, op->dst};
-    for (int i = 0; i < op->n_bin; i++) {
+    if (op->has_sum) {  /* the output holds the first residual when the primitive adds it */
+        if (op->sum_reorder) {
+            CHECK(dnnl_memory_set_data_handle(op->sum_user, post[0]));
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->sum_user}, {DNNL_ARG_TO, op->dst}};
+            CHECK(dnnl_primitive_execute(op->sum_reorder, stream, 2, ra));
+        } else if (post[0] != dst) {
+            memmove(dst, post[0], op->res_bytes);
+        }
+    }
+    for (int i = op->has_sum; i < op->n_res; i++) {
         CHECK(dnnl_memory_set_data_handle(op->bin[i], post[i]));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(op->bin_index[i]) | DNNL_ARG_SRC_1, op->bin[i]};
     }
@@ -359,8 +385,10 @@ void gir_dnnl_free(gir_op *op) {
     dnnl_memory_t mems[] = {op->src, op->wei, op->bias, op->dst, op->src_user, op->dst_user};
     for (int i = 0; i < 6; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
-    for (int i = 0; i < op->n_bin; i++)
+    for (int i = 0; i < op->n_res; i++)
         if (op->bin[i]) dnnl_memory_destroy(op->bin[i]);
+    if (op->sum_reorder) dnnl_primitive_destroy(op->sum_reorder);
+    if (op->sum_user) dnnl_memory_destroy(op->sum_user);
     free(op);
 }
 
