@@ -191,6 +191,10 @@ def test_raw_regions_are_where_onnx_reads_the_initializers(tmp_path):
         assert any(np.array_equal(f, value) for f in found)
     with pytest.raises(ValueError):
         source.resolve(("gir-model", 1, 4 * N * N, "<f4", (N, N)))
+    light = ModelBytes.read(str(path), keep=False)  # hashed, not kept: the same key, and it still refers
+    assert light.digest == source.digest and light.data.size == 0
+    assert set(light.refer([w, b, w.T.copy()]).values()) == set(source.refer([w, b]).values())
+    assert len(light.refer([w, b, w.T.copy()])) == 2
     regions, external = raw_regions(memoryview(path.read_bytes()))
     assert [n for _, n in regions] == [4 * N * N] * 2 and not external
     (tmp_path / "bad.onnx").write_bytes(b"\xff" * 100)

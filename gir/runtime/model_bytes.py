@@ -21,6 +21,7 @@ import hashlib
 import mmap
 import os
 import stat
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -130,13 +131,16 @@ def _layout(regions: list, size: int) -> tuple[list[tuple[int, int, int]], dict[
 class ModelBytes:
     """`read(path)`: the file's bytes in one private block (`data`; each initializer's raw data at a
     multiple of 64 bytes), `digest` (hex, the session cache's key), `regions` (initializer raw
-    data: file offset -> (length, position in `data`)) and `external`."""
+    data: file offset -> (length, position in `data`)), `pieces` (file offset -> the sha256 of
+    each 8 MiB piece of that raw data, as the digest hashed it) and `external`.
+    `read(path, keep=False)` hashes the file without keeping its bytes (`data` is empty)."""
 
-    def __init__(self, path: str, data: np.ndarray, digest: str, regions: dict, external: bool):
-        self.path, self.data, self.digest, self.regions, self.external = path, data, digest, regions, external
+    def __init__(self, path: str, data: np.ndarray, digest: str, regions: dict, pieces: dict, external: bool):
+        self.path, self.data, self.digest, self.external = path, data, digest, external
+        self.regions, self.pieces = regions, pieces
 
     @classmethod
-    def read(cls, path: str) -> ModelBytes | None:
+    def read(cls, path: str, keep: bool = True) -> ModelBytes | None:
         """None where the file cannot be read whole (missing, not a regular file, changing size) or
         is not a model's wire format: the loader then says why, and the session is not cached."""
         try:
@@ -155,13 +159,24 @@ class ModelBytes:
             else:
                 regions, external = [], False
             segments, placed, size = _layout(regions, st.st_size)
-            data = _aligned_empty(size)
-            pieces = [(offset + at, min(DIGEST_CHUNK, length - at), pos + at)
-                      for offset, length, pos in segments for at in range(0, length, DIGEST_CHUNK)]
+            data = _aligned_empty(size if keep else 0)
+            pieces, owned = [], {}
+            for offset, length, pos in segments:
+                for at in range(0, length, DIGEST_CHUNK):
+                    if placed.get(offset, (None, None))[1] == pos:
+                        owned.setdefault(offset, []).append(len(pieces))
+                    pieces.append((offset + at, min(DIGEST_CHUNK, length - at), pos + at))
+            scratch = threading.local()
 
             def read(piece):  # os.preadv and hashlib both let go of the GIL
                 offset, n, pos = piece
-                view, done = memoryview(data[pos:pos + n]), 0
+                if keep:
+                    view = memoryview(data[pos:pos + n])
+                else:  # a buffer of the thread's own, reused
+                    if not hasattr(scratch, "buffer"):
+                        scratch.buffer = np.empty(DIGEST_CHUNK, np.uint8)
+                    view = memoryview(scratch.buffer[:n])
+                done = 0
                 while done < n:
                     got = os.preadv(fd, [view[done:]], offset + done)
                     if got <= 0:
@@ -184,24 +199,28 @@ class ModelBytes:
         # the pieces follow from the bytes (where the raw data lies), so equal digests mean equal files
         head = b"gir-model-bytes-1\0%d\0" % st.st_size + b"".join(b"%d,%d;" % (o, n) for o, n, _ in pieces)
         digest = hashlib.sha256(head + b"".join(digests)).hexdigest()
-        return cls(path, data, digest, placed, external)
+        return cls(path, data, digest, placed, {o: tuple(digests[i] for i in ix) for o, ix in owned.items()}, external)
+
+    def without_data(self) -> ModelBytes:
+        """The path and digest only (what a miss keeps while it plans)."""
+        return ModelBytes(self.path, np.empty(0, np.uint8), self.digest, {}, {}, self.external)
 
     def refer(self, arrays) -> dict[int, tuple]:
         """{id(array): token} for each array of `arrays` whose bytes are exactly one initializer's
-        raw data (C order, little-endian as ONNX stores it); the rest are not the model's own."""
-        by_size: dict[int, list[tuple[int, int]]] = {}
-        for offset, (length, pos) in self.regions.items():
-            by_size.setdefault(length, []).append((offset, pos))
+        raw data (C order, little-endian as ONNX stores it), by the digests of its pieces (the
+        bytes need not be kept); the rest are not the model's own."""
+        by_size: dict[int, list[int]] = {}
+        for offset, (length, _) in self.regions.items():
+            by_size.setdefault(length, []).append(offset)
         tokens = {}
         for a in arrays:
-            if (id(a) in tokens or not isinstance(a, np.ndarray) or not a.flags.c_contiguous or a.nbytes < ALIGN
-                    or a.dtype.byteorder == ">" or a.dtype.hasobject):
+            if (id(a) in tokens or not isinstance(a, np.ndarray) or a.nbytes not in by_size
+                    or not a.flags.c_contiguous or a.dtype.byteorder == ">" or a.dtype.hasobject):
                 continue
-            mine = a.reshape(-1).view(np.uint8)
-            ends = (slice(0, ALIGN), slice(a.nbytes - ALIGN, a.nbytes))  # same-sized weights differ here first
-            for offset, pos in by_size.get(a.nbytes, ()):
-                theirs = self.data[pos:pos + a.nbytes]
-                if all(np.array_equal(theirs[e], mine[e]) for e in ends) and np.array_equal(theirs, mine):
+            mine = memoryview(a.reshape(-1).view(np.uint8))
+            digests = tuple(hashlib.sha256(mine[at:at + DIGEST_CHUNK]).digest() for at in range(0, a.nbytes, DIGEST_CHUNK))
+            for offset in by_size[a.nbytes]:
+                if self.pieces.get(offset) == digests:
                     tokens[id(a)] = ("gir-model", offset, a.nbytes, a.dtype.str, tuple(a.shape))
                     break
         return tokens

@@ -133,7 +133,7 @@ def _write_entry(sessions, key, source, value, planned: bool) -> None:
     if source is not None:
         if planned:
             from .model_bytes import ModelBytes
-            again = ModelBytes.read(source.path)
+            again = ModelBytes.read(source.path, keep=False)  # its digests only: not held with the plan
             if again is None or again.digest != source.digest:
                 return
             source = again
@@ -177,6 +177,8 @@ class Session:
         if cached is not None:
             self.graph = cached[0]
         else:
+            if source is not None:  # not held while planning: the file is read again before it is stored
+                source = source.without_data()
             self.graph = model if isinstance(model, BasicGraph) else load(model, input_shapes=input_shapes)
         if engine not in ENGINES:
             raise SessionError(f"{self.graph.model_name}: unknown engine {engine!r}; engines are {', '.join(ENGINES)}")
