@@ -308,7 +308,11 @@ class Buffers:
 
     def calls(self, s: int, seq, fns) -> list:
         """(fn, pointers) of every kernel of the sequence, bound to set `s`."""
-        return [(fn, tuple(self.array(s, o, b).ctypes.data for b in k.params)) for o in seq for fn, k in fns[o]]
+        return [call for group in self.calls_by_option(s, seq, fns) for call in group]
+
+    def calls_by_option(self, s: int, seq, fns) -> list[list]:
+        """`calls`, one list per option of the sequence (what `measure` times one by one)."""
+        return [[(fn, tuple(self.array(s, o, b).ctypes.data for b in k.params)) for fn, k in fns[o]] for o in seq]
 
 
 def check(buffers: Buffers, seq, fns, reference: dict) -> str | None:
@@ -324,29 +328,37 @@ def check(buffers: Buffers, seq, fns, reference: dict) -> str | None:
     return None
 
 
-def measure(bound: list[list], rounds: int, per_round: int, seed: int) -> list[np.ndarray]:
-    """Seconds of each call of every candidate. `bound[c][s]` is candidate c's calls on set s.
+def measure(bound: list[list], rounds: int, per_round: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Seconds of each call of every candidate, and of each of its options within the call
+    (calls x options). `bound[c][s]` is candidate c's calls on set s, one list per option.
     Rounds interleave the candidates (in a seeded order each round) so that load from other
     processes spreads over all of them; each call uses the next set (continuing across rounds,
-    so every set is used), so caches hold little."""
+    so every set is used), so caches hold little. Each option is clocked on its own: a
+    candidate's time is the sum, and the per-option times are what `scripts/perf_model_fit.py`
+    fits the model's terms against."""
     times = [[] for _ in bound]
     clock, rng = time.perf_counter, random.Random(seed)
     for sets in bound:  # warm-up: page faults, OpenMP pool, instruction cache
-        for calls in sets:
-            for fn, args in calls:
-                fn(*args)
+        for groups in sets:
+            for group in groups:
+                for fn, args in group:
+                    fn(*args)
     for _ in range(rounds):
         order = list(range(len(bound)))
         rng.shuffle(order)
         for c in order:
             sets = bound[c]
             for _ in range(per_round):
-                calls = sets[len(times[c]) % len(sets)]
-                start = clock()
-                for fn, args in calls:
-                    fn(*args)
-                times[c].append(clock() - start)
-    return [np.array(t) for t in times]
+                groups = sets[len(times[c]) % len(sets)]
+                parts = []
+                for group in groups:
+                    start = clock()
+                    for fn, args in group:
+                        fn(*args)
+                    parts.append(clock() - start)
+                times[c].append(parts)
+    per_option = [np.array(t) for t in times]
+    return [t.sum(axis=1) for t in per_option], per_option
 
 
 def ranks(values) -> np.ndarray:
@@ -424,12 +436,14 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
             skipped.append({"id": c, "candidate": desc, "reason": why})
         else:
             rows.append({"id": c, "candidate": desc, "search_pick": c == 0, "model": model_estimate(space, seq), "seq": seq})
-    bound = [[buffers.calls(s, row["seq"], fns) for s in range(len(buffers.sets))] for row in rows]
+    bound = [[buffers.calls_by_option(s, row["seq"], fns) for s in range(len(buffers.sets))] for row in rows]
     start, load_before = time.perf_counter(), os.getloadavg()[0]
-    times = measure(bound, rounds, per_round, seed)
+    times, per_option = measure(bound, rounds, per_round, seed)
     measure_s, loads = time.perf_counter() - start, (load_before, os.getloadavg()[0])
-    for row, t in zip(rows, times):
-        del row["seq"]
+    for row, t, parts in zip(rows, times, per_option):
+        row["options"] = [{"option": space.describe(o), "key": [o.start, o.stop, o.family, o.rewritten],
+                           "model_s": estimate(space.graph_of(o)).seconds, "median_s": float(np.median(parts[:, i]))}
+                          for i, o in enumerate(row.pop("seq"))]
         row["measured"] = {"median_s": float(np.median(t)), "min_s": float(t.min()), "p25_s": float(np.percentile(t, 25)),
                            "p75_s": float(np.percentile(t, 75)), "calls": len(t)}
     modelled = [r["model"]["seconds"] for r in rows]
@@ -441,7 +455,7 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
             "folded_ops": [f"{op.name} ({op.kind})" for op in graph.ops if op.name not in chain],
             "space_size": space.size(), "splits": len(space.splits()),
             "whole_chain_structures": len(space.choices(0, len(space.ops))), "load_average": loads,
-            "drawn": len(chosen), "rotation_sets": len(buffers.sets), "rows": rows, "skipped": skipped,
+            "drawn": len(chosen), "seed": seed, "rotation_sets": len(buffers.sets), "rows": rows, "skipped": skipped,
             "agreement": agreement(rows, times, rounds) if len(rows) > 1 else None,
             "build_seconds": build_s, "measure_seconds": measure_s, "target": _target_facts(target),
             "copy_GBps": copy_bandwidth() / 1e9}

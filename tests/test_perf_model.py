@@ -110,12 +110,18 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert "nominal" in before.timing.source
     lines = []
     cal = calibration.measure(repeats=2, progress=lines.append)
-    assert len(lines) == 5 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert len(lines) == 8 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert cal.warm_bandwidth > 0 and cal.warm_unit_bandwidth > 0 and cal.wake_s > 0
+    # every math op the probes cover is measured, and an op the compiler vectorises (div) costs
+    # less per element than a libm call it cannot (tanh)
+    assert set(cal.op_costs) == set(calibration.OP_PROBES.values())
+    assert cal.op_costs["div"] < cal.op_costs["tanh"]
     path = calibration.save(cal)
     assert path.parent == tmp_path / "calibration" and json.loads(path.read_text())["cpu"] == cal.cpu
     after = get_target("cpu")
     assert after.dram_bandwidth == cal.copy_bandwidth and after.launch_latency_s == cal.launch_s
     assert after.timing.unit_bandwidth == cal.unit_bandwidth and "measured" in after.timing.source
+    assert after.timing.wake_s == cal.wake_s and dict(after.timing.op_cost) == cal.op_costs
     assert repr(after) != repr(before)  # the plan cache's key changes with the figures
     path.write_text("{not json")
     assert "nominal" in get_target("cpu").timing.source  # unreadable: nominal again, no crash
@@ -165,3 +171,67 @@ def test_a_small_constant_every_unit_rereads_costs_the_cpu_no_cache_traffic():
         bias_rereads = bias_reads - footprint["read", "b"]
         assert bias_rereads > 0, "every unit reads the bias"
         assert _cache_rereads(g, footprint) == (rereads if bias_rereads_counted else rereads - bias_rereads)
+
+
+def _cpu_with(**timing):
+    from dataclasses import replace
+    cpu = get_target("cpu")
+    return replace(cpu, timing=replace(cpu.timing, **timing))
+
+
+def _chain_graph(target, n: int, rewritten: bool):
+    """Exp then Neg over n floats as one GIR-Graph: fused into one kernel (rewritten) or two
+    kernels joined through a DRAM intermediate (merged, not rewritten)."""
+    from gir.fusion.merge import merge_graphs
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
+    model = helper.make_model(helper.make_graph([helper.make_node("Exp", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+                                                "chain", [io("x")], [io("y")]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    g = load(model)
+    first = next(c for c in candidates(g.ops[0], g.tensors, target).candidates if c.structure == "chunk")
+    second = next(c for c in candidates(g.ops[1], g.tensors, target).candidates if c.graph.prim == first.graph.prim)
+    merged = merge_graphs("chain", [first.graph, second.graph], escaping={"y"})
+    return optimize(merged)[0] if rewritten else merged
+
+
+def test_cpu_launch_cost_follows_the_emitters_one_thread_rule_per_kernel():
+    """Two kernels that each move under the one-thread bound fork no team even though the
+    graph's buffers together exceed it (the emitter decides per kernel: gir/ir/one_thread.py);
+    a kernel that forks pays `wake_s` when the team sleeps, and a fork right after it only the
+    spinning team's launch latency."""
+    small = 48 << 10  # floats: 192 KiB per tensor; each kernel touches two (384 KiB), the graph three (576 KiB)
+    per_kernel = _cpu_with(serial_below_bytes=512 << 10, wake_s=40e-6)
+    split = _chain_graph(per_kernel, small, rewritten=False)
+    assert estimate(split).kernels == 2 and estimate(split).parts["launch"] == 0.0
+    fused = _chain_graph(per_kernel, small, rewritten=True)  # one kernel, x and y: 384 KiB
+    assert estimate(fused).kernels == 1 and estimate(fused).parts["launch"] == 0.0
+    teams = _cpu_with(serial_below_bytes=1, wake_s=40e-6)
+    e = estimate(_chain_graph(teams, small, rewritten=False))
+    assert e.parts["launch"] == pytest.approx(40e-6 + teams.launch_latency_s)
+
+
+def test_cpu_activations_that_fit_the_cache_cost_less_than_weights_of_the_same_size():
+    """An activation under the target's `warm_bytes` is read at the cache's bandwidth (the
+    kernel before it has just written it); with warm_bytes 0 (every GPU preset) the same graph
+    costs what its DRAM bytes cost."""
+    n = 64 << 10
+    warm, cold = _cpu_with(warm_bytes=8 << 20, serial_below_bytes=1), _cpu_with(warm_bytes=0, serial_below_bytes=1)
+    e_warm, e_cold = estimate(_chain_graph(warm, n, True)), estimate(_chain_graph(cold, n, True))
+    assert e_warm.dram_bytes == e_cold.dram_bytes
+    assert e_warm.parts["dram"] < e_cold.parts["dram"] and e_warm.parts["latency"] < e_cold.parts["latency"]
+    assert all(t.timing.warm_bytes == 0 and t.timing.wake_s == 0 for t in PRESETS.values())
+
+
+def test_measured_op_costs_replace_the_nominal_table():
+    """A target whose calibration measured tanh as a libm call per element (hundreds of
+    unit-instructions) models a tanh kernel as compute-bound; the nominal table does not."""
+    n = 64 << 10
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
+    model = helper.make_model(helper.make_graph([helper.make_node("Tanh", ["x"], ["y"])], "t", [io("x")], [io("y")]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    g = load(model)
+    costs = {}
+    for label, target in (("nominal", _cpu_with(op_cost=())), ("measured", _cpu_with(op_cost=(("tanh", 800.0),)))):
+        cand = next(c for c in candidates(g.ops[0], g.tensors, target).candidates if c.structure == "chunk")
+        costs[label] = estimate(optimize(cand.graph)[0])
+    assert costs["measured"].parts["compute"] > 10 * costs["nominal"].parts["compute"]
+    assert costs["measured"].bound == "compute"

@@ -74,7 +74,21 @@ def estimate(graph: GIRGraph, registers_per_lane: int | None = None) -> Estimate
     code object's VGPRs): occupancy from those instead of the IR's register estimate."""
     by_buffer = dram_footprint_by_buffer(graph)
     return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane,
-                     _cache_rereads(graph, by_buffer))
+                     _cache_rereads(graph, by_buffer), _warm(graph, by_buffer))
+
+
+def _warm(graph: GIRGraph, by_buffer: dict) -> int:
+    """Distinct bytes of the activations small enough to be in the caches when the kernel runs
+    (the target's `warm_bytes`): an input the kernel before it has just written, an
+    intermediate the next one reads. Constants are cold: the rest of the model's weights pass
+    through the caches between two runs. A LayerNorm's one-thread normalising pass over 787 KB
+    runs in 15 us here (53 GB/s) where DRAM would take 25 us
+    (results/perf_model_rank_layernorm.md)."""
+    limit = graph.target.timing.warm_bytes
+    if not limit:
+        return 0
+    return sum(n for (_, name), n in by_buffer.items()
+               if graph.buffers[name].role != "const" and graph.buffers[name].nbytes <= limit)
 
 
 def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
@@ -97,24 +111,28 @@ def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
 def quick_estimate(graph: GIRGraph) -> Estimate:
     """`estimate` with every DRAM access counted whole (no distinct-byte count, masks ignored),
     at a small fraction of its cost: what the search shortlists a group's structures by."""
-    traffic = {"read": 0, "write": 0}
+    traffic, per_buffer = {"read": 0, "write": 0}, {}
     for _, key, s, buf in accesses_at(graph, DRAM):
-        traffic[key] += s.size * graph.prim.num_units * itemsize(buf.dtype)
-    return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic)
+        n = s.size * graph.prim.num_units * itemsize(buf.dtype)
+        traffic[key] += n
+        per_buffer[key, s.buffer] = per_buffer.get((key, s.buffer), 0) + n
+    return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic, warm=_warm(graph, per_buffer))
 
 
 def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, registers_per_lane: int | None = None,
-              cache_rereads: int | None = None) -> Estimate:
+              cache_rereads: int | None = None, warm: int = 0) -> Estimate:
     """`cache_rereads`: re-read bytes the cache serves (`_cache_rereads`); None: every access
-    beyond `unique`."""
+    beyond `unique`. `warm`: bytes of `unique` the caches hold (`_warm`)."""
     t, prim = graph.target, graph.prim
     tm = t.timing
     accesses = traffic["read"] + traffic["write"]
     shared = sum(level_bytes(graph, SHARED).values()) if t.has_level(SHARED) else 0
 
     per_block, resident_units = _residency(graph, registers_per_lane)
-    # a small CPU kernel runs on one thread, without forking a team (gir/ir/one_thread.py)
-    one_thread = runs_on_one_thread([b for b in graph.buffers.values() if b.level == DRAM], t)
+    # a small CPU kernel runs on one thread, without forking a team (gir/ir/one_thread.py);
+    # the emitter decides per kernel, and so does the launch term
+    teams = [not runs_on_one_thread(bufs, t) for bufs in _kernel_buffers(graph)]
+    one_thread = not any(teams)
     processors = 1 if one_thread else t.processors
     concurrent_blocks = min(prim.num_blocks, per_block * processors)
     concurrent_units = concurrent_blocks * prim.units_per_block
@@ -127,10 +145,13 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     if cache_rereads is None:
         cache_rereads = max(0, accesses - unique)
     rereads = 0 if across else cache_rereads
-    dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
+    cold = unique - warm
+    dram_s = cold / (t.dram_bandwidth * tm.copy_efficiency) + (warm + rereads) / tm.cache_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
-        # across units, a row's neighbouring windows overlap in L1: only distinct bytes stream
-        latency_s = (unique if across else accesses) / (concurrent_units * tm.unit_bandwidth)
+        # what the threads stream: the distinct bytes and the re-reads L1 does not hold (those
+        # are loads in the issue term); across units, a row's neighbouring windows overlap in L1
+        warm_bw = tm.warm_unit_bandwidth or tm.unit_bandwidth
+        latency_s = (cold / tm.unit_bandwidth + (warm + rereads) / warm_bw) / concurrent_units
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
     else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
@@ -151,13 +172,39 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
-    parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": 0.0 if one_thread else kernels * t.launch_latency_s}
+    launch = _launches(teams, t)
+    parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": launch}
     if parts["launch"] > core:
         bound = "launch"
     return Estimate(core + parts["barrier"] + parts["launch"], unique, kernels,
                     resident_units / t.max_units_per_processor, bound, parts, by_buffer,
                     bytes_in_flight=in_flight, instructions=int(program.instructions),
                     notes={"waves": waves, "rounds": program.rounds, "blocks_per_processor": per_block})
+
+
+def _kernel_buffers(graph: GIRGraph) -> list[list]:
+    """The DRAM buffers each kernel of the graph touches (the stretches between device syncs,
+    as gir/backends/kernels.py splits them)."""
+    stretches: list[set] = [set()]
+    for _, op in graph.ops():
+        if isinstance(op, Sync):
+            if op.scope == DEVICE:
+                stretches.append(set())
+            continue
+        stretches[-1].update(s.buffer for s in (*op.reads(), *op.writes()))
+    return [[graph.buffers[n] for n in names if graph.buffers[n].level == DRAM] for names in stretches if names]
+
+
+def _launches(teams: list[bool], t) -> float:
+    """Launch cost of a kernel sequence (True: the kernel forks a team). A fork right after
+    another finds the team spinning (the target's launch latency); the first, or one after a
+    one-thread kernel, wakes it where the target says its threads sleep by then (`wake_s`)."""
+    total, awake = 0.0, False
+    for team in teams:
+        if team:
+            total += t.launch_latency_s if awake else (t.timing.wake_s or t.launch_latency_s)
+        awake = team
+    return total
 
 
 def _residency(graph: GIRGraph, registers_per_lane: int | None = None) -> tuple[int, int]:
@@ -198,7 +245,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
         return p
     t, buffers = graph.target, graph.buffers
     lanes, cap = t.lanes_per_unit, t.timing.loads_in_flight_per_lane
-    p = _Program()
+    p = _Program(instructions=t.timing.unit_setup if t.timing.unit_setup is not None else UNIT_SETUP)
     pending, used = 0, True
 
     def per_lane(op, s) -> int:
@@ -234,7 +281,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             p.read_bytes += op.dst.size * itemsize(buffers[op.src.buffer].dtype)
             p.instructions += per_lane(op, op.dst) * (2 + ADDRESS)
         elif isinstance(op, Elementwise):
-            cost = _expr_cost(op.expr)
+            cost = _expr_cost(op.expr, t.timing.op_cost)
             p.instructions += per_lane(op, op.out) * cost
             p.chain += max(cost, per_lane(op, op.out) * cost / lanes)
         elif isinstance(op, Reduce):
@@ -263,6 +310,9 @@ def _without_trivial_masks(op: Move, prim) -> Move:
     return op.with_slices({s: tidy_slice(s, prim) for s in (op.src, op.dst)})
 
 
-def _expr_cost(expr) -> int:
-    return sum(OP_COST.get(n.op, 1) for n in postorder(expr) if isinstance(n, Call))
+def _expr_cost(expr, measured: tuple = ()) -> float:
+    """Unit-instructions per element of an expression: the target's measured op costs where it
+    has them (`Timing.op_cost`, from `gir calibrate`), else the nominal table."""
+    costs = OP_COST | dict(measured) if measured else OP_COST
+    return sum(costs.get(n.op, 1) for n in postorder(expr) if isinstance(n, Call))
 

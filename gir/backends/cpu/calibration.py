@@ -31,9 +31,14 @@ FORMAT = 2
 COPY_BYTES = 64 << 20      # per array: far above the last-level cache of any CPU we target
 ISSUE_ELEMENTS = 2048      # 8 KiB: stays in L1
 ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-instructions: / SIMD width)
+WARM_BYTES = 1 << 20       # per array of the warm copy: source and destination stay in the last-level cache
+WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
+OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
 SOURCE = r"""
+#define _POSIX_C_SOURCE 199309L
 #include <omp.h>
+#include <time.h>
 void gir_cal_copy(float *restrict dst, const float *restrict src, long n, int threads) {
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (long i = 0; i < n; ++i) dst[i] = src[i];
@@ -43,6 +48,21 @@ void gir_cal_empty(float *restrict dst, long n) {
        every call several times dearer with GNU OpenMP) */
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; ++i) dst[i] = (float)i;
+}
+static double gir_cal_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+double gir_cal_gap_fork(float *restrict dst, long n, double gap) {
+    /* the main thread busy for `gap` seconds (as a one-thread kernel is), then a fork: what the
+       first parallel kernel after one-thread work pays once the team's spins ran out */
+    double start = gir_cal_now();
+    volatile double sink = 0;
+    while (gir_cal_now() - start < gap) sink += 1;
+    start = gir_cal_now();
+    gir_cal_empty(dst, n);
+    return gir_cal_now() - start;
 }
 void gir_cal_issue(float *restrict x, long n, int passes) {
     for (int p = 0; p < passes; ++p) {
@@ -69,12 +89,22 @@ class Calibration:
     dependent_cycles: float  # nominal-clock cycles per dependent step of the model's op costs
     measured_at: str
     format: int = FORMAT
+    # since session 15 (absent from older files: those figures stay nominal until re-measured)
+    warm_bandwidth: float = 0.0       # bytes/s, read + write, all threads, arrays in the last-level cache
+    warm_unit_bandwidth: float = 0.0  # the same, one thread
+    wake_s: float = 0.0               # a fork after the team's threads went to sleep
+    warm_bytes: int = 0               # a quarter of the last-level cache (read from the OS, not measured)
+    op_costs: dict | None = None      # unit-instructions per element of each math op, as GIR's kernels run it
 
     @property
     def timing(self) -> Timing:
-        from .target import CPU_NOMINAL_TIMING
-        return replace(CPU_NOMINAL_TIMING, issue_per_clock=self.issue_per_s / CPU_NOMINAL_TIMING.clock_hz,
+        from .target import CPU_NOMINAL_TIMING as nominal
+        return replace(nominal, issue_per_clock=self.issue_per_s / nominal.clock_hz,
                        unit_bandwidth=self.unit_bandwidth, dependent_cycles=self.dependent_cycles,
+                       cache_bandwidth=self.warm_bandwidth or nominal.cache_bandwidth,
+                       warm_unit_bandwidth=self.warm_unit_bandwidth or nominal.warm_unit_bandwidth,
+                       wake_s=self.wake_s or nominal.wake_s, warm_bytes=self.warm_bytes or nominal.warm_bytes,
+                       op_cost=tuple(sorted((self.op_costs or {}).items())) or nominal.op_cost,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
 
@@ -155,9 +185,100 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     progress(f"SIMD arithmetic, 1 thread: {issue / 1e9:.2f} G unit-instructions/s")
     dependent = _dependent_cycles(repeats, threads, launch)
     progress(f"dependent step (one element per unit): {dependent:.2f} cycles")
+
+    warm_n = WARM_BYTES // 4
+    warm_src, warm_dst = src[:warm_n], dst[:warm_n]
+    def warm_copy(t):
+        return lambda: [lib.gir_cal_copy(warm_dst.ctypes.data, warm_src.ctypes.data, warm_n, t) for _ in range(20)]
+    warm_all = 2 * WARM_BYTES * 20 / _best_of(warm_copy(threads), repeats)
+    warm_one = 2 * WARM_BYTES * 20 / _best_of(warm_copy(1), repeats)
+    progress(f"copy of {WARM_BYTES >> 10} KiB in cache: {warm_all / 1e9:.1f} GB/s with {threads} threads, {warm_one / 1e9:.1f} with one")
+    lib.gir_cal_gap_fork.argtypes, lib.gir_cal_gap_fork.restype = [ctypes.c_void_p, ctypes.c_long, ctypes.c_double], ctypes.c_double
+    wakes = [lib.gir_cal_gap_fork(scratch.ctypes.data, threads, WAKE_GAP_S) for _ in range(20 * repeats)]
+    wake = float(np.median(wakes))
+    progress(f"fork after {WAKE_GAP_S * 1e6:.0f} us of one-thread work: {wake * 1e6:.1f} us")
+    costs = _op_costs(repeats, issue)
+    progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
-                       measured_at=time.strftime("%Y-%m-%d %H:%M"))
+                       measured_at=time.strftime("%Y-%m-%d %H:%M"), warm_bandwidth=warm_all,
+                       warm_unit_bandwidth=warm_one, wake_s=wake, warm_bytes=last_level_cache_bytes() // 4, op_costs=costs)
+
+
+def last_level_cache_bytes() -> int:
+    """The largest cache level's data or unified caches over all cores together (each shared
+    cache once), as Linux reports them; 0 where it does not. A quarter of it is the model's
+    `warm_bytes`: an activation that size still sits in it when the next kernel reads it, beside
+    that kernel's other operands (a rule of thumb, not a measurement)."""
+    found: dict[int, dict[str, int]] = {}
+    for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            shared = (index / "shared_cpu_list").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+        found.setdefault(level, {})[shared] = int(size.rstrip("KM")) * scale
+    return sum(found[max(found)].values()) if found else 0
+
+
+# ONNX op -> the time model's op name (gir/fusion/perf.py OP_COST), with inputs in a range the op
+# is defined on; each is timed as GIR emits it (the libm call or the prelude's polynomial)
+OP_PROBES = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "recip", "Div": "div", "Erf": "erf",
+             "Tanh": "tanh", "Sigmoid": "sigmoid", "Sin": "sin", "Cos": "cos", "Pow": "pow"}
+
+
+def _op_costs(repeats: int, issue_per_s: float) -> dict[str, float]:
+    """Unit-instructions per element of each math op as the emitted kernels compute it: GIR's
+    own one-thread kernel of the op over OP_ELEMENTS floats in L2 (its widest 'chunk'
+    structure, vectorised), less the same kernel with an Add, over the time one unit-instruction takes.
+    The nominal table counts instructions of typical listings; here erf is a libm call per
+    element that gcc does not vectorise, and exp the prelude's polynomial that it does."""
+    from onnx import TensorProto, helper
+
+    from gir.backends.cpu.compiler import build
+    from gir.backends.cpu.emitter import CpuEmitter
+    from gir.backends.kernels import split_kernels
+    from gir.frontend import load
+    from gir.rewrite import optimize
+    from gir.templates import candidates
+
+    from .target import local_cpu
+    target, n = local_cpu(), OP_ELEMENTS
+    emitter = CpuEmitter(target)
+    kernels, sources = {}, [emitter.prelude()]
+    for op in ("Add", *OP_PROBES):
+        two = op in ("Add", "Div", "Pow")
+        io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
+        node = helper.make_node(op, ["x", "z"] if two else ["x"], ["y"])
+        model = helper.make_model(helper.make_graph([node], op, [io("x")] + ([io("z")] if two else []), [io("y")]),
+                                  opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+        graph = load(model)
+        chunks = [c for c in candidates(graph.ops[0], graph.tensors, target).candidates if c.structure == "chunk"]
+        if not chunks:
+            continue
+        widest = min(chunks, key=lambda c: c.graph.prim.num_units)
+        (kernel,) = split_kernels(optimize(widest.graph)[0])
+        kernels[op] = kernel
+        sources.append(emitter.kernel_source(kernel).replace(kernel.name, f"probe_{op}"))
+    lib = build("\n".join(sources), "calibration_ops")
+    x = np.linspace(0.5, 2.0, n, dtype=np.float32)
+    arrays = {"x": x, "z": x[::-1].copy(), "y": np.zeros(n, np.float32)}
+    seconds = {}
+    for op, kernel in kernels.items():
+        fn = getattr(lib, f"probe_{op}")
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * len(kernel.params), None
+        args = [arrays[b.name].ctypes.data for b in kernel.params]
+        calls = 20
+        seconds[op] = _best_of(lambda: [fn(*args) for _ in range(calls)], repeats) / calls
+    tm = target.timing  # the rate the time model issues one thread's unit-instructions at (gir/fusion/perf.py)
+    model_rate = tm.clock_hz * min(issue_per_s / tm.clock_hz, 1 / tm.alu_latency_cycles)
+    per_instruction = n / target.lanes_per_unit / model_rate  # seconds of one unit-instruction over the array
+    return {name: round(1 + max(0.0, seconds[op] - seconds["Add"]) / per_instruction, 1)
+            for op, name in OP_PROBES.items() if op in seconds}
 
 
 def _dependent_cycles(repeats: int, threads: int, launch: float) -> float:

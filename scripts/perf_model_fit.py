@@ -1,0 +1,91 @@
+"""Re-score stored `perf_model_rank.py` measurements with the time model as it is now: Kendall
+tau-b and the pick per subgraph, without timing anything again. What a change to
+gir/fusion/perf.py or the target's constants does to the ranking, in seconds instead of a
+quiet machine's minutes; the measured times stay those of the run that wrote the JSON (same
+candidates: the generator is seeded), so a change to the emitted kernels needs a new
+measurement.
+
+    python scripts/perf_model_fit.py results/perf_model_rank.json results/perf_model_rank_*.json [--options]
+
+--options also lists, per distinct kernel sequence option (a group of ops on one structure),
+its median measured time over the candidates that contain it against its modelled time: where
+the model is off, term by term.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import perf_model_rank as rank  # noqa: E402  (the same space, candidates and estimate)
+
+from gir.frontend import load  # noqa: E402
+from gir.fusion.perf import estimate  # noqa: E402
+from gir.ir import get_target  # noqa: E402
+
+
+def rescore(result: dict) -> dict:
+    """The stored rows with `model` recomputed; rows whose candidate the generator no longer
+    draws are dropped (counted in `missing`)."""
+    kind, shape = result["subgraph"], tuple(result["shape"])
+    target = get_target("cpu")
+    graph = load(rank.subgraph_model(kind, shape))
+    space = rank.Space(graph, target) if kind in rank.CHAINS else rank.plan_space(graph, target)
+    by_desc = {" | ".join(space.describe(o) for o in seq): seq
+               for seq in rank.select(space, result["drawn"], result.get("seed", 0))}
+    rows, missing, options = [], 0, defaultdict(lambda: {"measured": [], "model": None})
+    for row in result["rows"]:
+        seq = by_desc.get(row["candidate"])
+        if seq is None:
+            missing += 1
+            continue
+        rows.append(row | {"model": rank.model_estimate(space, seq)})
+        for o, stored in zip(seq, row.get("options", [])):
+            entry = options[space.describe(o)]
+            entry["measured"].append(stored["median_s"])
+            if entry["model"] is None:
+                entry["model"] = estimate(space.graph_of(o))
+    modelled = [r["model"]["seconds"] for r in rows]
+    measured = [r["measured"]["median_s"] for r in rows]
+    pick = int(np.argmin(modelled))
+    return {"subgraph": kind, "rows": len(rows), "missing": missing,
+            "tau": rank.kendall_tau_b(modelled, measured), "stored_tau": result["agreement"]["kendall_tau_b"],
+            "noise": result["agreement"]["tau_measurement_halves"],
+            "pick_slowdown": measured[pick] / min(measured), "options": options}
+
+
+def missing_note(fit: dict) -> str:
+    return f" ({fit['missing']} no longer drawn)" if fit["missing"] else ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+", help="JSON files written by perf_model_rank.py --out")
+    ap.add_argument("--options", action="store_true", help="per option: measured against modelled, by term")
+    args = ap.parse_args()
+    print("| subgraph | candidates | tau-b stored | tau-b now | noise floor | pick / fastest |")
+    print("|---|---|---|---|---|---|")
+    fits = []
+    for path in args.results:
+        with open(path) as f:
+            fit = rescore(json.load(f))
+        fits.append(fit)
+        print(f"| {fit['subgraph']} | {fit['rows']}{missing_note(fit)} "
+              f"| {fit['stored_tau']:.3f} | {fit['tau']:.3f} | {fit['noise']:.3f} | {fit['pick_slowdown']:.2f}x |")
+    if args.options:
+        for fit in fits:
+            print(f"\n{fit['subgraph']}: measured us, modelled us (dram, latency, compute, launch), option")
+            for name, o in sorted(fit["options"].items(), key=lambda kv: np.median(kv[1]["measured"])):
+                e, m = o["model"], np.median(o["measured"]) * 1e6
+                p = {k: v * 1e6 for k, v in e.parts.items()}
+                print(f"{m:9.1f} {e.seconds * 1e6:9.1f} ({p['dram']:.1f}, {p['latency']:.1f}, {p['compute']:.1f}, "
+                      f"{p['launch']:.1f}) {name}")
+
+
+if __name__ == "__main__":
+    main()
