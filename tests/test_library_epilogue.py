@@ -152,8 +152,9 @@ CHAINS = [(k,) for k in ACTIVATIONS] + [("residual",), ("residual", "relu"), ("r
 @pytest.mark.parametrize("chain", CHAINS, ids="-".join)
 def test_conv_epilogue_on_onednn(case, chain):
     op, tensors, values, want = _conv_case(case, chain)
-    for blocked in (False, True):
-        _close(_run_dnnl(op, tensors, values, ["w", "b"], choice=(blocked, 0)), want)
+    for blocked in (False, True):  # post-ops, and the epilogue as primitives of its own after the op
+        for separate in (False, True):
+            _close(_run_dnnl(op, tensors, values, ["w", "b"], choice=(blocked, 0, separate)), want)
     _close(_run_dnnl(op, tensors, values, ["w", "b"]), want)  # the timed choice
 
 
@@ -171,6 +172,7 @@ def test_matmul_epilogue_on_onednn(case, chain):
     op, tensors, values, want, const = _matmul_case(case, chain)
     _close(_run_dnnl(op, tensors, values, (["b"] if const else []) + ["c"]), want)
     _close(_run_dnnl(op, tensors, values, (["b"] if const else []) + ["c"], choice=(False, 1)), want)
+    _close(_run_dnnl(op, tensors, values, (["b"] if const else []) + ["c"], choice=(False, 0, True)), want)
 
 
 @pytest.mark.parametrize("case", MATMULS)

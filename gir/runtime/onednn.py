@@ -80,7 +80,8 @@ def _load() -> ctypes.CDLL | None:
         _why.append(f"the oneDNN shim did not build ({str(err).splitlines()[0]})")
         return None
     vp, i64 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
-    post = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float)]
+    post = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float),
+            ctypes.c_int]
     lib.gir_dnnl_conv.argtypes = [ctypes.POINTER(vp), ctypes.c_int, i64, i64, i64, ctypes.c_int64, i64, i64, i64,
                                   i64, vp, ctypes.c_int, ctypes.c_int, *post, ctypes.c_char_p, ctypes.c_int]
     lib.gir_dnnl_matmul.argtypes = [ctypes.POINTER(vp), ctypes.c_int, i64, i64, i64, vp, ctypes.c_int, *post,
@@ -134,14 +135,15 @@ class DnnlOp:
         self.lib, self.handle, self.impl, self.operands = lib, handle, impl, operands
         self.threads = 0  # OpenMP threads a run uses; 0: the pool's default
         self.blocked = False
+        self.separate = False  # the epilogue as primitives of its own after the op, not as post-ops
         self._keep = keep  # arrays the primitive was created from (constant weights stay alive)
         self.staging = tuple(int(lib.gir_dnnl_staging_bytes(handle, i)) for i in (0, 1))
         self.stage(*(aligned_bytes(n) for n in self.staging))
 
     @property
     def choice(self) -> tuple[bool, int]:
-        """(blocked, threads): what `prepare` takes to make this primitive again."""
-        return self.blocked, self.threads
+        """(blocked, threads[, separate]): what `prepare` takes to make this primitive again."""
+        return (self.blocked, self.threads, True) if self.separate else (self.blocked, self.threads)
 
     def stage(self, src: np.ndarray, dst: np.ndarray) -> None:
         assert src.nbytes >= self.staging[0] and dst.nbytes >= self.staging[1]
@@ -169,7 +171,7 @@ TIME_ONE_THREAD_BELOW = 8_000_000
 
 def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = None) -> DnnlOp | str:
     """A primitive for `op`, or the reason numpy runs it. `constants`: name -> flat array of the
-    graph's constant tensors (weights reordered from them now). `choice`: (blocked, threads) as
+    graph's constant tensors (weights reordered from them now). `choice`: (blocked, threads[, separate]) as
     chosen before (a session read back from the cache), or None to choose now; the primitive's
     own is `.choice`.
     Every choice an op has is made and run on zeros (`_timed`), and the fastest kept:
@@ -180,13 +182,19 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
       5-9 ms each way), a strided 1x1 conv (256 -> 512 at 56x56) 6.7 plain against 2.7 blocked;
       EfficientNet-B0's small 1x1 convs mostly run faster plain (no reorder: oneDNN's GEMM).
     - threads (ops of fewer than TIME_ONE_THREAD_BELOW multiply-adds, where the pool has more
-      than one thread): 1, made for and run on one thread, or 0, the pool's default."""
+      than one thread): 1, made for and run on one thread, or 0, the pool's default.
+    - separate (ops with an epilogue): its steps as oneDNN post-ops (False) or as eltwise and
+      binary primitives run in place on the output after the op (True). oneDNN's GEMM
+      convolution (the plain layout) applies post-ops in a slow pass of its own: ShuffleNet-v2's
+      1x1 convs with a ReLU post-op took 80 us against 55 without it (one thread, 2 AMD EPYC
+      cores), where the jit eltwise primitive after it costs a few."""
     if choice is not None:
         return _prepare(op, tensors, constants, *choice)
     lib = library()
     layouts = (True, False) if op.kind == "conv" else (False,)
     threads = (0, 1) if lib is not None and lib.gir_dnnl_pool() > 1 and _macs(op, tensors) < TIME_ONE_THREAD_BELOW else (0,)
-    made = [_prepare(op, tensors, constants, b, n) for b in layouts for n in threads]
+    apart = (False, True) if op.attrs.get("epilogue") else (False,)
+    made = [_prepare(op, tensors, constants, b, n, e) for b in layouts for n in threads for e in apart]
     ok = [m for m in made if not isinstance(m, str)]
     if len(ok) < 2:
         return ok[0] if ok else made[0]
@@ -220,17 +228,18 @@ def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2) -> float:
     return best
 
 
-def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool, threads: int) -> DnnlOp | str:
+def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool, threads: int,
+             separate: bool = False) -> DnnlOp | str:
     """The primitive for one choice (see `prepare`); created under `threads` OpenMP threads
     (oneDNN splits its work for the threads it sees then) and run on them."""
     lib = library()
     if lib is None:
         return unavailable()
     if not threads:
-        return _create(lib, op, tensors, constants, blocked)
+        return _create(lib, op, tensors, constants, blocked, separate)
     pool = lib.gir_dnnl_threads(threads)
     try:
-        made = _create(lib, op, tensors, constants, blocked)
+        made = _create(lib, op, tensors, constants, blocked, separate)
     finally:
         lib.gir_dnnl_threads(pool)
     if not isinstance(made, str):
@@ -239,7 +248,7 @@ def _prepare(op: BasicOp, tensors: dict, constants: dict, blocked: bool, threads
     return made
 
 
-def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> DnnlOp | str:
+def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool, separate: bool = False) -> DnnlOp | str:
     ts = [tensors[n] for n in (*op.inputs, *op.outputs)]
     if any(t.dtype != "float32" for t in ts):
         return f"{'/'.join(sorted({t.dtype for t in ts}))} (oneDNN runs float32 here)"
@@ -255,7 +264,8 @@ def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> 
     params = [POST_OPS[k][1](a, b) for k, a, b in steps]
     post_alpha = (ctypes.c_float * max(len(steps), 1))(*(p[0] for p in params))
     post_beta = (ctypes.c_float * max(len(steps), 1))(*(p[1] for p in params))
-    post = (len(steps), post_kinds, post_alpha, post_beta)
+    separate = bool(separate and steps)
+    post = (len(steps), post_kinds, post_alpha, post_beta, int(separate))
     residuals = [op.inputs[int(a)] for k, a, _ in steps if k == "residual"]
     if op.kind == "conv" and any(k == "residual" and int(a) < 3 for k, a, _ in steps):
         return f"a residual input before the conv's bias (input 2) in {op.name}"
@@ -298,4 +308,5 @@ def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool) -> 
         return f"oneDNN refused it (status {status})"
     made = DnnlOp(lib, handle, impl.value.decode(errors="replace"), operands, keep)
     made.blocked = blocked and op.kind == "conv"
+    made.separate = separate
     return made

@@ -36,6 +36,12 @@ typedef struct {
     dnnl_primitive_t sum_reorder;    /* ... reordered into the primitive's dst */
     int bin_index[GIR_MAX_POST];     /* a binary post-op's position in the chain */
     dnnl_memory_t bin[GIR_MAX_POST];
+    /* or the epilogue apart: eltwise and binary-add primitives run in place on the plain output
+     * after the op (oneDNN's GEMM convolution applies post-ops in a slow pass of its own) */
+    int n_sep;
+    dnnl_primitive_t sep[GIR_MAX_POST];
+    int sep_res[GIR_MAX_POST];       /* the residual's index among the run's inputs, -1: eltwise */
+    dnnl_memory_t out_plain, sep_src1[GIR_MAX_POST];
 } gir_op;
 
 #define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) return (int)s_; } while (0)
@@ -107,6 +113,34 @@ static int make_post_ops(gir_op *op, int n_post, const int *kinds, const float *
     if (!r) r = (int)dnnl_primitive_attr_set_post_ops(*attr, po);
     dnnl_post_ops_destroy(po);
     return r;
+}
+
+/* The epilogue as primitives of its own, in place on the plain output (see gir_op). */
+static int make_separate(gir_op *op, int n_post, const int *kinds, const float *alpha, const float *beta,
+                         const_dnnl_memory_desc_t dst_plain) {
+    if (n_post > GIR_MAX_POST) return (int)dnnl_invalid_arguments;
+    CHECK(dnnl_memory_create(&op->out_plain, dst_plain, engine, DNNL_MEMORY_NONE));
+    int res = 0;
+    for (int i = 0; i < n_post; i++) {
+        dnnl_primitive_desc_t pd;
+        if (kinds[i] == GIR_POST_RESIDUAL) {
+            CHECK(dnnl_binary_primitive_desc_create(&pd, engine, dnnl_binary_add, dst_plain, dst_plain, dst_plain, NULL));
+            dnnl_status_t m = dnnl_memory_create(&op->sep_src1[i], dst_plain, engine, DNNL_MEMORY_NONE);
+            if (m != dnnl_success) { dnnl_primitive_desc_destroy(pd); return (int)m; }
+            op->sep_res[i] = res++;
+        } else if (kinds[i] >= 0 && kinds[i] < GIR_N_ELTWISE) {
+            CHECK(dnnl_eltwise_forward_primitive_desc_create(&pd, engine, dnnl_forward_inference, eltwise_algs[kinds[i]],
+                                                             dst_plain, dst_plain, alpha[i], beta[i], NULL));
+            op->sep_res[i] = -1;
+        } else {
+            return (int)dnnl_invalid_arguments;
+        }
+        dnnl_status_t s = dnnl_primitive_create(&op->sep[i], pd);
+        dnnl_primitive_desc_destroy(pd);
+        if (s != dnnl_success) return (int)s;
+        op->n_sep = i + 1;
+    }
+    return 0;
 }
 
 static int run_reorder(dnnl_memory_t from, dnnl_memory_t to) {
@@ -199,7 +233,7 @@ static int finish(gir_op *op, dnnl_primitive_desc_t pd, const_dnnl_memory_desc_t
 int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w_dims, const int64_t *y_dims,
                   int64_t group, const int64_t *strides, const int64_t *dilations, const int64_t *pads_l,
                   const int64_t *pads_r, const float *w, int has_bias, int blocked, int n_post, const int *post_kinds,
-                  const float *post_alpha, const float *post_beta, char *impl, int impl_len) {
+                  const float *post_alpha, const float *post_beta, int separate, char *impl, int impl_len) {
     CHECK(gir_dnnl_init());
     int nd = nsp + 2;
     gir_op *op = calloc(1, sizeof(gir_op));
@@ -239,7 +273,7 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
     }
     dnnl_primitive_desc_t pd;
     dnnl_primitive_attr_t attr;
-    CHECK(make_post_ops(op, n_post, post_kinds, post_alpha, post_beta, dst_user, &attr));
+    CHECK(make_post_ops(op, separate ? 0 : n_post, post_kinds, post_alpha, post_beta, dst_user, &attr));
     dnnl_status_t s = dnnl_convolution_forward_primitive_desc_create(
         &pd, engine, dnnl_forward_inference, dnnl_convolution_direct, src_md, wei_md, bias_md, dst_md, st, di, pl,
         pr, attr);
@@ -247,6 +281,7 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
     int r = (int)s;
     if (s == dnnl_success) {
         r = finish(op, pd, src_user, wei_user, dst_user, w, impl, impl_len);
+        if (!r && separate) r = make_separate(op, n_post, post_kinds, post_alpha, post_beta, dst_user);
         dnnl_primitive_desc_destroy(pd);
     }
     dnnl_memory_desc_destroy(src_user); dnnl_memory_desc_destroy(dst_user); dnnl_memory_desc_destroy(wei_user);
@@ -260,7 +295,7 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
  * dim's length, added along it. The epilogue as for gir_dnnl_conv. */
 int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *b_dims, const int64_t *c_dims,
                     const float *b, int has_bias, int n_post, const int *post_kinds, const float *post_alpha,
-                    const float *post_beta, char *impl, int impl_len) {
+                    const float *post_beta, int separate, char *impl, int impl_len) {
     CHECK(gir_dnnl_init());
     gir_op *op = calloc(1, sizeof(gir_op));
     *out = op;
@@ -279,13 +314,14 @@ int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *
     }
     dnnl_primitive_desc_t pd;
     dnnl_primitive_attr_t attr;
-    CHECK(make_post_ops(op, n_post, post_kinds, post_alpha, post_beta, c_md, &attr));
+    CHECK(make_post_ops(op, separate ? 0 : n_post, post_kinds, post_alpha, post_beta, c_md, &attr));
     dnnl_status_t s = dnnl_matmul_primitive_desc_create(&pd, engine, a_md, b_md, bias_md, c_md, attr);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (bias_md) dnnl_memory_desc_destroy(bias_md);
     int r = (int)s;
     if (s == dnnl_success) {
         r = finish(op, pd, a_md, b_user, c_md, b, impl, impl_len);
+        if (!r && separate) r = make_separate(op, n_post, post_kinds, post_alpha, post_beta, c_md);
         dnnl_primitive_desc_destroy(pd);
     }
     dnnl_memory_desc_destroy(a_md); dnnl_memory_desc_destroy(b_user);
@@ -373,6 +409,18 @@ static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void 
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->dst}, {DNNL_ARG_TO, op->dst_user}};
         CHECK(dnnl_primitive_execute(op->dst_reorder, stream, 2, ra));
     }
+    if (op->n_sep) CHECK(dnnl_memory_set_data_handle(op->out_plain, dst));
+    for (int i = 0; i < op->n_sep; i++) {
+        if (op->sep_res[i] >= 0) {
+            CHECK(dnnl_memory_set_data_handle(op->sep_src1[i], post[op->sep_res[i]]));
+            dnnl_exec_arg_t ba[3] = {{DNNL_ARG_SRC_0, op->out_plain}, {DNNL_ARG_SRC_1, op->sep_src1[i]},
+                                     {DNNL_ARG_DST, op->out_plain}};
+            CHECK(dnnl_primitive_execute(op->sep[i], stream, 3, ba));
+        } else {
+            dnnl_exec_arg_t ea[2] = {{DNNL_ARG_SRC, op->out_plain}, {DNNL_ARG_DST, op->out_plain}};
+            CHECK(dnnl_primitive_execute(op->sep[i], stream, 2, ea));
+        }
+    }
     CHECK(dnnl_stream_wait(stream));
     return 0;
 }
@@ -387,6 +435,11 @@ void gir_dnnl_free(gir_op *op) {
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     for (int i = 0; i < op->n_res; i++)
         if (op->bin[i]) dnnl_memory_destroy(op->bin[i]);
+    for (int i = 0; i < op->n_sep; i++) {
+        dnnl_primitive_destroy(op->sep[i]);
+        if (op->sep_src1[i]) dnnl_memory_destroy(op->sep_src1[i]);
+    }
+    if (op->out_plain) dnnl_memory_destroy(op->out_plain);
     if (op->sum_reorder) dnnl_primitive_destroy(op->sum_reorder);
     if (op->sum_user) dnnl_memory_destroy(op->sum_user);
     free(op);

@@ -72,7 +72,8 @@ class NativeCpuEngine:
                 else:
                     self.dnnl[c] = made
                     self.library_ops[call.name] = (f"onednn: {made.impl}" + (" (blocked)" if made.blocked else "")
-                                                   + (" (one thread)" if made.threads == 1 else ""))
+                                                   + (" (one thread)" if made.threads == 1 else "")
+                                                   + (" (epilogue apart)" if made.separate else ""))
                     self.layouts[call.name] = made.choice
         if self.dnnl:  # one pair of staging buffers for every primitive (ops run one at a time)
             src_stage, dst_stage = (onednn.aligned_bytes(max(d.staging[i] for d in self.dnnl.values()))
