@@ -100,6 +100,14 @@ def _find(mv, start: int, end: int) -> bool:
     return bytes(mv[start:end]).find(_LOCATION) >= 0
 
 
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    if hasattr(os, "preadv"):  # straight into the block
+        return os.preadv(fd, [view], offset)
+    got = os.pread(fd, len(view), offset)  # where there is no preadv: a copy
+    view[:len(got)] = got
+    return len(got)
+
+
 def _aligned_empty(n: int) -> np.ndarray:
     raw = np.empty(n + ALIGN, np.uint8)
     skip = -raw.ctypes.data % ALIGN
@@ -178,7 +186,7 @@ class ModelBytes:
                     view = memoryview(scratch.buffer[:n])
                 done = 0
                 while done < n:
-                    got = os.preadv(fd, [view[done:]], offset + done)
+                    got = _pread_into(fd, view[done:], offset + done)
                     if got <= 0:
                         raise OSError("the file got shorter while it was read")
                     done += got
