@@ -384,7 +384,8 @@ def info() -> dict[str, dict]:
     out = {}
     for kind in kinds():
         files = [p for p in (root / kind).glob("*") if p.is_file() and not p.name.startswith(".tmp-")]
-        out[kind] = {"entries": len(files), "bytes": sum(p.stat().st_size for p in files), "folder": str(root / kind)}
+        entries = [p for p in files if p.suffix != ".hint"]  # a session's hint (its model's last digest) is no entry
+        out[kind] = {"entries": len(entries), "bytes": sum(p.stat().st_size for p in files), "folder": str(root / kind)}
     return out
 
 

@@ -221,3 +221,36 @@ def test_stable_repr_does_not_follow_string_hashing():
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(4)}
     assert len(outs) == 1
     assert stable_repr(frozenset({"b", "a"})) == "frozenset({'a', 'b'})" and stable_repr((1,)) == "(1,)"
+
+
+def test_a_guessed_key_is_checked_against_the_bytes(tmp_path, cache, monkeypatch):
+    """A warm session reads its entry by the digest the file had when last seen (same inode, size
+    and modification time) while the bytes are hashed; a file changed under the same identity is
+    made again by its own key, and a damaged hint is no hint."""
+    from gir.runtime import session as session_module
+    path = tmp_path / "m.onnx"
+    w, b = _weights()
+    onnx.save(_model(w, b), str(path))
+    first = _session(path)
+    digest = ModelBytes.read(str(path)).digest
+    assert session_module._guess(str(path)) == digest
+    opens = []
+    real = gir.Session._open
+    monkeypatch.setattr(gir.Session, "_open", lambda self, *a, **k: opens.append(k["guess"]) or real(self, *a, **k))
+    assert _session(path).cached and opens == [True]
+    st = os.stat(path)
+    w2 = w.copy()
+    w2[0, 0] = -w2[0, 0]
+    onnx.save(_model(w2, b), str(path))  # in place: the same inode, size and (restored) modification time
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert session_module._guess(str(path)) == digest  # the hint still names the old bytes
+    opens.clear()
+    changed = _session(path)
+    assert opens == [True, False] and not changed.cached
+    np.testing.assert_allclose(changed.run(None, {"x": X})[0], _expected(w2, b, X), rtol=1e-5, atol=1e-5)
+    assert session_module._guess(str(path)) == ModelBytes.read(str(path)).digest != digest
+    for hint in cache.glob("*.hint"):
+        hint.write_text("not a digest")
+    opens.clear()
+    assert _session(path).cached and opens == [True]
+    np.testing.assert_array_equal(first.run(None, {"x": X})[0].shape, (N, N))

@@ -22,7 +22,7 @@ import mmap
 import os
 import stat
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -140,15 +140,38 @@ class ModelBytes:
     """`read(path)`: the file's bytes in one private block (`data`; each initializer's raw data at a
     multiple of 64 bytes), `digest` (hex, the session cache's key), `regions` (initializer raw
     data: file offset -> (length, position in `data`)), `pieces` (file offset -> the sha256 of
-    each 8 MiB piece of that raw data, as the digest hashed it) and `external`.
-    `read(path, keep=False)` hashes the file without keeping its bytes (`data` is empty)."""
+    each 8 MiB piece of that raw data, as the digest hashed it), `external` and `identity`
+    (device, inode, size, modification time at the read). `read(path, keep=False)` hashes the
+    file without keeping its bytes (`data` is empty); `read(path, later=True)` returns once the
+    bytes are read and hashes them on other threads: `digest` and `pieces` wait for that."""
 
-    def __init__(self, path: str, data: np.ndarray, digest: str, regions: dict, pieces: dict, external: bool):
-        self.path, self.data, self.digest, self.external = path, data, digest, external
-        self.regions, self.pieces = regions, pieces
+    def __init__(self, path: str, data: np.ndarray, regions: dict, external: bool, identity: tuple = (),
+                 pieces: list = (), owned: dict | None = None, digest: str | None = None):
+        self.path, self.data, self.regions, self.external, self.identity = path, data, regions, external, identity
+        self._pieces, self._owned, self._digest = list(pieces), owned or {}, digest
+        self._by_offset = {} if digest is not None else None
+        self.guess = None  # the digest a session cache hint gave before this one was hashed
+
+    def _settle(self) -> None:
+        if self._digest is None:
+            digests = [d.result() if isinstance(d, Future) else d for _, d in self._pieces]
+            # the pieces follow from the bytes (where the raw data lies), so equal digests mean equal files
+            head = b"gir-model-bytes-1\0%d\0" % self.identity[2] + b"".join(b"%d,%d;" % p for p, _ in self._pieces)
+            self._digest = hashlib.sha256(head + b"".join(digests)).hexdigest()
+            self._by_offset = {o: tuple(digests[i] for i in ix) for o, ix in self._owned.items()}
+
+    @property
+    def digest(self) -> str:
+        self._settle()
+        return self._digest
+
+    @property
+    def pieces(self) -> dict:
+        self._settle()
+        return self._by_offset
 
     @classmethod
-    def read(cls, path: str, keep: bool = True) -> ModelBytes | None:
+    def read(cls, path: str, keep: bool = True, later: bool = False) -> ModelBytes | None:
         """None where the file cannot be read whole (missing, not a regular file, changing size) or
         is not a model's wire format: the loader then says why, and the session is not cached."""
         try:
@@ -157,6 +180,7 @@ class ModelBytes:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except (OSError, ValueError):
             return None
+        pool = ThreadPoolExecutor(min(4, os.cpu_count() or 1))
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -175,6 +199,7 @@ class ModelBytes:
                         owned.setdefault(offset, []).append(len(pieces))
                     pieces.append((offset + at, min(DIGEST_CHUNK, length - at), pos + at))
             scratch = threading.local()
+            sha = lambda view: hashlib.sha256(view).digest()
 
             def read(piece):  # os.preadv and hashlib both let go of the GIL
                 offset, n, pos = piece
@@ -190,28 +215,24 @@ class ModelBytes:
                     if got <= 0:
                         raise OSError("the file got shorter while it was read")
                     done += got
-                return hashlib.sha256(view).digest()
+                return view if later and keep else sha(view)
 
-            if len(pieces) > 1:
-                with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
-                    digests = list(pool.map(read, pieces))
-            else:
-                digests = [read(p) for p in pieces]
+            views = list(pool.map(read, pieces)) if len(pieces) > 1 else [read(p) for p in pieces]
             after = os.fstat(fd)
             if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
                 return None  # rewritten while it was read
+            digests = [pool.submit(sha, v) for v in views] if later and keep else views
         except (OSError, ValueError, IndexError):
             return None
         finally:
             os.close(fd)
-        # the pieces follow from the bytes (where the raw data lies), so equal digests mean equal files
-        head = b"gir-model-bytes-1\0%d\0" % st.st_size + b"".join(b"%d,%d;" % (o, n) for o, n, _ in pieces)
-        digest = hashlib.sha256(head + b"".join(digests)).hexdigest()
-        return cls(path, data, digest, placed, {o: tuple(digests[i] for i in ix) for o, ix in owned.items()}, external)
+            pool.shutdown(wait=False)  # what was submitted still runs
+        return cls(path, data, placed, external, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns),
+                   [((o, n), d) for (o, n, _), d in zip(pieces, digests)], owned)
 
     def without_data(self) -> ModelBytes:
         """The path and digest only (what a miss keeps while it plans)."""
-        return ModelBytes(self.path, np.empty(0, np.uint8), self.digest, {}, {}, self.external)
+        return ModelBytes(self.path, np.empty(0, np.uint8), {}, self.external, self.identity, digest=self.digest)
 
     def refer(self, arrays) -> dict[int, tuple]:
         """{id(array): token} for each array of `arrays` whose bytes are exactly one initializer's

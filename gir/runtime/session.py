@@ -71,7 +71,7 @@ def _engine_factory(name: str, target, model: str):
     return engine.open(target, model)
 
 
-def _session_cache(model, input_shapes, target, limit, plan_cache):
+def _session_cache(model, input_shapes, target, limit, plan_cache, guess: bool = False):
     """(Store, key, ModelBytes or None) of whole plans when `plan_cache` is the persistent cache,
     else (None, None, None). A model file or ModelProto seen before with the same bound shapes,
     target, `limit` and GIR version is not loaded or planned again: its graph, plan, memory plan
@@ -80,7 +80,8 @@ def _session_cache(model, input_shapes, target, limit, plan_cache):
     once into memory (`ModelBytes`), and its entry refers to the initializers in those bytes
     instead of holding copies; a model with external data is keyed by gir.model_digest (the file
     and every range it names) and its entry holds every constant; a ModelProto is keyed by its
-    serialized bytes; a BasicGraph is planned every time."""
+    serialized bytes; a BasicGraph is planned every time. `guess`: a model file's key may be the
+    digest its bytes had when last seen (`_guess`), its own hashed meanwhile (`source.guess`)."""
     from gir.cache import BufferStore, Store, gir_version, stable_repr
     none = None, None, None
     if not isinstance(plan_cache, Store) or isinstance(model, BasicGraph):
@@ -89,10 +90,13 @@ def _session_cache(model, input_shapes, target, limit, plan_cache):
     if isinstance(model, (str, os.PathLike)):
         from .model_bytes import ModelBytes
         path = os.fspath(model)
-        source = ModelBytes.read(path)
+        guess = _guess(path) if guess else None
+        source = ModelBytes.read(path, later=guess is not None)
         if source is None:  # unreadable or not a model: the loader says why, uncached
             return none
-        digest = source.digest, "bytes", Path(path).stem  # the file's stem names the model (error messages)
+        source.guess = guess if not source.external else None
+        # the file's stem names the model (error messages)
+        digest = source.guess or source.digest, "bytes", Path(path).stem
         if source.external:
             from gir.model_digest import model_digest
             try:
@@ -115,6 +119,41 @@ def _session_cache(model, input_shapes, target, limit, plan_cache):
 
 
 _ENTRY = 5  # (graph, plan, memory plan, library layouts, emitted kernels or None)
+
+
+def _hint_path(path: str, identity: tuple) -> Path:
+    from gir.cache import cache_root
+    text = repr(("gir-session-hint-1", os.path.realpath(path), *identity))
+    return cache_root() / "session" / (hashlib.sha256(text.encode()).hexdigest()[:40] + ".hint")
+
+
+def _identity(path: str) -> tuple:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _guess(path: str) -> str | None:
+    """The digest the model file had when a session last read it with this device, inode, size and
+    modification time: only a guess, which lets its entry be read and its engine made while the
+    bytes are hashed; a session is only ever made of the entry of the digest its bytes have."""
+    try:
+        digest = _hint_path(path, _identity(path)).read_text()
+    except (OSError, ValueError):
+        return None
+    return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
+
+
+def _remember(source) -> None:
+    """The hint `_guess` reads, for the file as `source` read it (a cache that cannot be written
+    only costs the next session its overlap)."""
+    from gir.cache import cache_dir, write_atomic
+    if source is None or source.guess == source.digest or not source.identity:
+        return
+    try:
+        cache_dir("session")
+        write_atomic(_hint_path(source.path, source.identity), source.digest.encode())
+    except OSError:
+        pass
 
 
 def _read_entry(sessions, key, source):
@@ -172,8 +211,18 @@ class Session:
         if isinstance(model, BasicGraph) and input_shapes:
             raise SessionError(f"{model.model_name}: input_shapes binds dims when a model is loaded; this graph "
                                f"is loaded already (pass input_shapes to gir.frontend.load instead)")
-        sessions, key, source = _session_cache(model, input_shapes, target, limit, plan_cache)
+        if not self._open(model, target, engine, limit, progress, plan_cache, input_shapes, library, guess=True):
+            self._open(model, target, engine, limit, progress, plan_cache, input_shapes, library, guess=False)
+
+    def _open(self, model, target, engine, limit, progress, plan_cache, input_shapes, library, guess: bool) -> bool:
+        """Load or read back, plan, place and build; False (nothing kept) where an entry was read by
+        a guessed key (`_guess`) that the model's bytes, hashed meanwhile, do not have."""
+        sessions, key, source = _session_cache(model, input_shapes, target, limit, plan_cache, guess)
         cached = _read_entry(sessions, key, source)
+        if cached is None and source is not None and source.guess is not None:
+            source.guess = None  # the guess names no entry: the bytes' own digest
+            key = ((source.digest, *key[0][1:]), key[1])
+            cached = _read_entry(sessions, key, source)
         if cached is not None:
             self.graph = cached[0]
         else:
@@ -199,6 +248,9 @@ class Session:
         self.cached = cached is not None
         options = {"emitted": emitted} if emitted is not None else {}  # the CPU engine's kernels, not emitted again
         self.engine = make_engine(self.plan, self.memory, library=library, layouts=layouts, **options)
+        if source is not None and source.guess is not None and source.digest != source.guess:
+            return False  # the file changed since the guess: made again, by its own key
+        _remember(source)
         made = getattr(self.engine, "emitted", None)
         if sessions is not None and (cached is None or getattr(self.engine, "layouts", {}) != layouts
                                      or (emitted is None and made is not None)):
@@ -206,6 +258,7 @@ class Session:
             _write_entry(sessions, key, source, (self.graph, self.plan, self.memory,
                                                  dict(getattr(self.engine, "layouts", {})), made), cached is None)
         self._gathers = input_gathers(self.plan)
+        return True
 
     @property
     def library_path(self) -> str:
