@@ -53,3 +53,39 @@ def test_erf_is_within_three_ulps_and_keeps_the_specials():
     assert (np.abs(y[finite] - exact) / spacing).max() <= 3.0
     np.testing.assert_array_equal(y[~finite], [1.0, -1.0, np.nan])
     np.testing.assert_array_equal(np.signbit(y[-8:-6]), [False, True])  # erf(+-0) = +-0
+
+
+def test_tanh_is_within_two_ulps_and_keeps_the_specials():
+    """gir_tanhf (the vectorisable tanh the C dialect uses instead of libm's call per element)."""
+    rng = np.random.default_rng(2)
+    specials = [np.inf, -np.inf, np.nan, 0.0, -0.0, 0.625, -0.625, 0.62499994, 9.0, -44.0, 100.0, 1e-30, -1e-38]
+    x = np.concatenate([rng.uniform(-12, 12, 100_000), rng.uniform(-0.7, 0.7, 100_000), rng.uniform(-1e-3, 1e-3, 5_000),
+                        specials]).astype(np.float32)
+    y = _run("Tanh", x)
+    exact = np.tanh(x.astype(np.float64))
+    nonzero = np.isfinite(x) & (exact != 0)
+    spacing = np.spacing(np.abs(exact[nonzero]).astype(np.float32)).astype(np.float64)
+    assert (np.abs(y[nonzero] - exact[nonzero]) / spacing).max() <= 2.0
+    np.testing.assert_array_equal(y[-len(specials):-len(specials) + 5], [1.0, -1.0, np.nan, 0.0, -0.0])
+    np.testing.assert_array_equal(np.signbit(y[-len(specials) + 3:-len(specials) + 5]), [False, True])
+
+
+@pytest.mark.parametrize("k", [2.0, 3.0, 4.0, 2.5])
+def test_pow_by_a_small_constant_integer_is_products_and_matches_onnxruntime(k):
+    """Pow(x, 2.0) as exporters write LayerNorm's square (and 3.0 for GELU's cube) becomes
+    x * x (no libm pow per element); other exponents keep pow. Same numbers as onnxruntime,
+    NaN and infinities included."""
+    import onnxruntime as ort
+    from gir.frontend import load
+    e = helper.make_tensor("e", TensorProto.FLOAT, [1], [k])
+    g = helper.make_graph([helper.make_node("Pow", ["x", "e"], ["y"])], "m",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256])], [e])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    x = np.random.default_rng(3).normal(0, 3, (4, 256)).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (got,) = Session(m, target="cpu").run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+    (op,) = load(m).ops
+    assert ("pow(" in str(op.attrs["expr"])) == (k == 2.5)

@@ -49,10 +49,31 @@ def xor(b: Builder, n: Node):
     b.elementwise(expr, n.inputs[:2], step="xor", out=n.outputs[0], dtype="bool")
 
 
+# x ** k for a constant small integer k, as products: exporters write LayerNorm's and RMSNorm's
+# square and GELU's cube as Pow(x, 2.0) and Pow(x, 3.0), and a C pow is a libm call per element
+# that no compiler vectorises (gir calibrate: about 300 unit-instructions an element against 1
+# for a product). x * x is exactly pow(x, 2); the cube and fourth power round twice, within 1 ulp.
+POWERS = {2: lambda x: call("mul", x, x), 3: lambda x: call("mul", call("mul", x, x), x),
+          4: lambda x: call("mul", call("mul", x, x), call("mul", x, x))}
+
+
+def _integer_power(b: Builder, base: str, expo: str) -> int | None:
+    """k where the exponent is one constant value k in POWERS and dropping it keeps the shape."""
+    value = b.value(expo)
+    if value is None or value.size != 1 or b.rank(expo) > b.rank(base) or not b.dtype(base).startswith("float"):
+        return None
+    k = float(value.reshape(-1)[0])
+    return int(k) if k in POWERS else None
+
+
 @register("Pow")
 def pow_(b: Builder, n: Node):
     base, expo = n.inputs[0], n.inputs[1]
     bt, et = b.dtype(base), b.dtype(expo)
+    k = _integer_power(b, base, expo)
+    if k is not None:
+        b.elementwise(POWERS[k](x0), [base], step="pow", out=n.outputs[0], dtype=bt)
+        return
     if bt == et:
         expr = call("pow", x0, x1)
     elif bt.startswith("float"):
