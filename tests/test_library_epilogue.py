@@ -504,3 +504,17 @@ def test_the_cpu_target_repr_is_the_same_in_every_process():
     seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
     assert len(seen) == 1
+
+
+def test_the_profiler_counts_a_bias_the_planner_made():
+    from gir.backends.cpu.profile import profile
+    rng = np.random.default_rng(10)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "C"], ["y1"]),
+             helper.make_node("Relu", ["y1"], ["z"])]
+    inits = {"W": (rng.standard_normal((64, 48)) * 0.1).astype(np.float32), "C": rng.standard_normal(48).astype(np.float32)}
+    model = _model(nodes, [_vi("x", (32, 64))], [_vi("z", (32, 48))], inits)
+    s = gir.Session(model, target="cpu")
+    (op,) = s.plan.partition.library
+    assert op.attrs["bias"] and op.inputs[2] not in s.graph.tensors  # made by the planner
+    (row,) = [r for r in profile(s, {"x": rng.standard_normal((32, 64)).astype(np.float32)}, 2) if r.kind == "matmul"]
+    assert row.dram_bytes == 4 * (32 * 64 + 64 * 48 + 48 + 32 * 48)

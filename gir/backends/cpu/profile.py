@@ -82,7 +82,8 @@ def profile(session, feeds: dict, repeat: int = 20) -> list[StepTime]:
         seconds = float(np.median([_timed(run_step) for _ in range(repeat)]))
         s = plan.steps[step]
         if isinstance(s, BasicOp):
-            nbytes = sum(g.tensors[t].size * np_dtype(g.tensors[t].dtype).itemsize for t in (*s.inputs, *s.outputs))
+            ts = plan.graph.tensors  # a library op may read a constant the planner made (an epilogue's bias)
+            nbytes = sum(ts[t].size * np_dtype(ts[t].dtype).itemsize for t in (*s.inputs, *s.outputs))
             out.append(StepTime(step, s.name, s.kind, 1, seconds, nbytes))
         else:
             out.append(StepTime(step, s.name, "kernel", len(calls), seconds, s.estimate.dram_bytes, s.estimate.seconds))
