@@ -362,6 +362,30 @@ def test_conv_residual_then_relu():
     assert not s.plan.kernels  # nothing left for GIR
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_residual_of_the_convs_own_input(bias):
+    """conv(x) + x: the residual is also the conv's first input; it gets a position of its own
+    after the bias (a zero bias where the conv has none)."""
+    rng = np.random.default_rng(11)
+    inits = {"W": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32)}
+    if bias:
+        inits["B"] = rng.standard_normal(16).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "W"] + (["B"] if bias else []), ["y"], pads=[1] * 4),
+             helper.make_node("Add", ["y", "x"], ["a"]), helper.make_node("Tanh", ["a"], ["z"])]
+    model = _model(nodes, [_vi("x", (2, 16, 12, 12))], [_vi("z", (2, 16, 12, 12))], inits)
+    s = _check(model, ["residual", "tanh"], engines=("native", "interpreter"))
+    (op,) = s.plan.partition.library
+    assert op.inputs[0] == op.inputs[3] == "x" and op.attrs["epilogue"][0] == ("residual", 3, 0.0)
+
+
+def test_matmul_residual_of_its_own_input():
+    rng = np.random.default_rng(12)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["x", "y"], ["z"])]
+    model = _model(nodes, [_vi("x", (3, 40, 64))], [_vi("z", (3, 40, 64))],
+                   {"W": (rng.standard_normal((64, 64)) * 0.1).astype(np.float32)})
+    _check(model, ["residual"])
+
+
 def test_residual_from_another_conv():
     """ResNet's shortcut: Add(conv2(relu(conv1(x))), x) -> relu; conv1's relu and conv2's residual
     and relu are absorbed."""

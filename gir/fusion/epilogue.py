@@ -401,9 +401,8 @@ def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes) -> BasicOp:
                 bias_value = per if bias_value is None else bias_value + per
                 label = "bias"
             elif tuple(r.shape) == tuple(y.shape) and r.dtype == y.dtype and "residual" in kinds:
-                if r.name not in inputs:
-                    inputs.append(r.name)
-                steps.append(("residual", inputs.index(r.name), 0.0))
+                inputs.append(r.name)  # its own position, also where it is the op's input too (conv(x) + x)
+                steps.append(("residual", len(inputs) - 1, 0.0))
                 label = "residual"
             else:
                 break
