@@ -57,9 +57,11 @@ print(json.dumps({"import_s": t1 - t0, "ready_s": t2 - t1, "ready_cpu_s": c2 - c
 
 def extract(rev: str, into: Path) -> str:
     """`gir/` (and pyproject.toml) of `rev` in `into`; the commit's id."""
-    commit = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", commit, "gir", "pyproject.toml"], cwd=ROOT, capture_output=True, check=True)
+    archive = subprocess.run(["git", "archive", commit, "gir", "pyproject.toml"], cwd=ROOT, capture_output=True,
+                             check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return commit
 
@@ -91,7 +93,8 @@ def measure(tree: Path, model: Path, runs: int, work: Path) -> dict:
     entry = sum(p.stat().st_size for p in (cache / "session").glob("*.pkl"))
     med = lambda key: statistics.median(w[key] for w in warm)
     return {"cold_s": cold["ready_s"], "import_s": med("import_s"), "ready_s": med("ready_s"),
-            "ready_runs_s": [w["ready_s"] for w in warm], "ready_cpu_s": med("ready_cpu_s"), "load": med("load"), "entry_mb": entry / 1e6,
+            "ready_runs_s": [w["ready_s"] for w in warm], "ready_cpu_s": med("ready_cpu_s"), "load": med("load"),
+            "entry_mb": entry / 1e6,
             "ready_rss_mb": med("ready_rss_mb"), "peak_rss_mb": med("peak_rss_mb")}
 
 

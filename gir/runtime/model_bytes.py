@@ -247,7 +247,8 @@ class ModelBytes:
                     or not a.flags.c_contiguous or a.dtype.byteorder == ">" or a.dtype.hasobject):
                 continue
             mine = memoryview(a.reshape(-1).view(np.uint8))
-            digests = tuple(hashlib.sha256(mine[at:at + DIGEST_CHUNK]).digest() for at in range(0, a.nbytes, DIGEST_CHUNK))
+            digests = tuple(hashlib.sha256(mine[at:at + DIGEST_CHUNK]).digest()
+                            for at in range(0, a.nbytes, DIGEST_CHUNK))
             for offset in by_size[a.nbytes]:
                 if self.pieces.get(offset) == digests:
                     tokens[id(a)] = ("gir-model", offset, a.nbytes, a.dtype.str, tuple(a.shape))
