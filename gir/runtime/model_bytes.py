@@ -22,7 +22,7 @@ import mmap
 import os
 import stat
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -100,6 +100,27 @@ def _find(mv, start: int, end: int) -> bool:
     return bytes(mv[start:end]).find(_LOCATION) >= 0
 
 
+def _batches(pieces: list) -> list[list]:
+    """Consecutive pieces grouped into tasks of about DIGEST_CHUNK bytes."""
+    tasks, size = [], DIGEST_CHUNK
+    for piece in pieces:
+        if size + piece[1] > DIGEST_CHUNK:
+            tasks.append([])
+            size = 0
+        tasks[-1].append(piece)
+        size += piece[1]
+    return tasks
+
+
+def _spans(tasks: list) -> list[tuple[int, int]]:
+    """(start, end) of each task's pieces in the flat list."""
+    spans, at = [], 0
+    for task in tasks:
+        spans.append((at, at + len(task)))
+        at += len(task)
+    return spans
+
+
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     if hasattr(os, "preadv"):  # straight into the block
         return os.preadv(fd, [view], offset)
@@ -154,7 +175,7 @@ class ModelBytes:
 
     def _settle(self) -> None:
         if self._digest is None:
-            digests = [d.result() if isinstance(d, Future) else d for _, d in self._pieces]
+            digests = [d[0].result()[d[1]] if isinstance(d, tuple) else d for _, d in self._pieces]
             # the pieces follow from the bytes (where the raw data lies), so equal digests mean equal files
             head = b"gir-model-bytes-1\0%d\0" % self.identity[2] + b"".join(b"%d,%d;" % p for p, _ in self._pieces)
             self._digest = hashlib.sha256(head + b"".join(digests)).hexdigest()
@@ -217,11 +238,16 @@ class ModelBytes:
                     done += got
                 return view if later and keep else sha(view)
 
-            views = list(pool.map(read, pieces)) if len(pieces) > 1 else [read(p) for p in pieces]
+            tasks = _batches(pieces)  # thousands of small initializers: a few tasks, not one each
+            views = [v for done in pool.map(lambda task: [read(p) for p in task], tasks) for v in done]
             after = os.fstat(fd)
             if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
                 return None  # rewritten while it was read
-            digests = [pool.submit(sha, v) for v in views] if later and keep else views
+            if later and keep:
+                hashed = [pool.submit(lambda task: [sha(v) for v in task], views[a:b]) for a, b in _spans(tasks)]
+                digests = [(future, i) for future, (a, b) in zip(hashed, _spans(tasks)) for i in range(b - a)]
+            else:
+                digests = views
         except (OSError, ValueError, IndexError):
             return None
         finally:
