@@ -74,21 +74,7 @@ def estimate(graph: GIRGraph, registers_per_lane: int | None = None) -> Estimate
     code object's VGPRs): occupancy from those instead of the IR's register estimate."""
     by_buffer = dram_footprint_by_buffer(graph)
     return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane,
-                     _cache_rereads(graph, by_buffer), _warm(graph, by_buffer))
-
-
-def _warm(graph: GIRGraph, by_buffer: dict) -> int:
-    """Distinct bytes of the activations small enough to be in the caches when the kernel runs
-    (the target's `warm_bytes`): an input the kernel before it has just written, an
-    intermediate the next one reads. Constants are cold: the rest of the model's weights pass
-    through the caches between two runs. A LayerNorm's one-thread normalising pass over 787 KB
-    runs in 15 us here (53 GB/s) where DRAM would take 25 us
-    (results/perf_model_rank_layernorm.md)."""
-    limit = graph.target.timing.warm_bytes
-    if not limit:
-        return 0
-    return sum(n for (_, name), n in by_buffer.items()
-               if graph.buffers[name].role != "const" and graph.buffers[name].nbytes <= limit)
+                     _cache_rereads(graph, by_buffer))
 
 
 def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
@@ -111,18 +97,16 @@ def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
 def quick_estimate(graph: GIRGraph) -> Estimate:
     """`estimate` with every DRAM access counted whole (no distinct-byte count, masks ignored),
     at a small fraction of its cost: what the search shortlists a group's structures by."""
-    traffic, per_buffer = {"read": 0, "write": 0}, {}
+    traffic = {"read": 0, "write": 0}
     for _, key, s, buf in accesses_at(graph, DRAM):
-        n = s.size * graph.prim.num_units * itemsize(buf.dtype)
-        traffic[key] += n
-        per_buffer[key, s.buffer] = per_buffer.get((key, s.buffer), 0) + n
-    return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic, warm=_warm(graph, per_buffer))
+        traffic[key] += s.size * graph.prim.num_units * itemsize(buf.dtype)
+    return _estimate(graph, traffic["read"] + traffic["write"], {}, traffic)
 
 
 def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, registers_per_lane: int | None = None,
-              cache_rereads: int | None = None, warm: int = 0) -> Estimate:
+              cache_rereads: int | None = None) -> Estimate:
     """`cache_rereads`: re-read bytes the cache serves (`_cache_rereads`); None: every access
-    beyond `unique`. `warm`: bytes of `unique` the caches hold (`_warm`)."""
+    beyond `unique`."""
     t, prim = graph.target, graph.prim
     tm = t.timing
     accesses = traffic["read"] + traffic["write"]
@@ -145,13 +129,11 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     if cache_rereads is None:
         cache_rereads = max(0, accesses - unique)
     rereads = 0 if across else cache_rereads
-    cold = unique - warm
-    dram_s = cold / (t.dram_bandwidth * tm.copy_efficiency) + (warm + rereads) / tm.cache_bandwidth
+    dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
         # what the threads stream: the distinct bytes and the re-reads L1 does not hold (those
         # are loads in the issue term); across units, a row's neighbouring windows overlap in L1
-        warm_bw = tm.warm_unit_bandwidth or tm.unit_bandwidth
-        latency_s = (cold / tm.unit_bandwidth + (warm + rereads) / warm_bw) / concurrent_units
+        latency_s = (unique + rereads) / (concurrent_units * tm.unit_bandwidth)
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
     else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))

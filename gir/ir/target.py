@@ -60,9 +60,6 @@ class Timing:
                                     # hide it with other warps: the alu_latency_cycles term)
     simd_across_units: bool = False  # CPU: small-unit kernels run their units in SIMD lanes (gir/ir/across_units.py)
     serial_below_bytes: int = 0      # CPU: a kernel moving fewer DRAM bytes runs on one thread (gir/ir/one_thread.py)
-    warm_bytes: int = 0              # CPU: an activation up to this size is still in the caches when the next
-                                     # kernel reads it (0: every byte from DRAM, as on GPUs today)
-    warm_unit_bandwidth: float = 0.0  # CPU: bytes/s one thread streams over warm data, read + write
     wake_s: float = 0.0              # CPU: forking a team whose threads went to sleep (the first parallel kernel
                                      # after one-thread work); 0: every launch costs the target's launch latency
     unit_setup: float | None = None  # unit-instructions each unit spends on its indices; None: the model's

@@ -7,7 +7,10 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - launch cost: an empty OpenMP parallel loop over the threads (fork and join);
   - issue rate: SIMD arithmetic on data already in L1, in unit-instructions per second;
   - dependent latency: GIR's own kernel for a sigmoid with one element per unit (nothing to
-    overlap within a unit), as cycles per step of the time model's op costs (`perf.OP_COST`).
+    overlap within a unit), as cycles per step of the time model's op costs (`perf.OP_COST`);
+  - wake-up: a fork after 200 us of one-thread work (the team's spins have run out by then);
+  - op costs: unit-instructions per element of each math op in GIR's own kernels (a libm call
+    per element, or the prelude's vectorised polynomial).
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
 CPU model and flags (`host_cpu`), so a cache folder shared between machines never hands one
 machine another's figures. Plans made with it are cached under a key that holds the figures.
@@ -19,7 +22,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,7 +34,6 @@ FORMAT = 2
 COPY_BYTES = 64 << 20      # per array: far above the last-level cache of any CPU we target
 ISSUE_ELEMENTS = 2048      # 8 KiB: stays in L1
 ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-instructions: / SIMD width)
-WARM_BYTES = 1 << 20       # per array of the warm copy: source and destination stay in the last-level cache
 WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
 OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
@@ -90,10 +92,7 @@ class Calibration:
     measured_at: str
     format: int = FORMAT
     # since session 15 (absent from older files: those figures stay nominal until re-measured)
-    warm_bandwidth: float = 0.0       # bytes/s, read + write, all threads, arrays in the last-level cache
-    warm_unit_bandwidth: float = 0.0  # the same, one thread
     wake_s: float = 0.0               # a fork after the team's threads went to sleep
-    warm_bytes: int = 0               # a quarter of the last-level cache (read from the OS, not measured)
     op_costs: dict | None = None      # unit-instructions per element of each math op, as GIR's kernels run it
 
     @property
@@ -101,9 +100,7 @@ class Calibration:
         from .target import CPU_NOMINAL_TIMING as nominal
         return replace(nominal, issue_per_clock=self.issue_per_s / nominal.clock_hz,
                        unit_bandwidth=self.unit_bandwidth, dependent_cycles=self.dependent_cycles,
-                       cache_bandwidth=self.warm_bandwidth or nominal.cache_bandwidth,
-                       warm_unit_bandwidth=self.warm_unit_bandwidth or nominal.warm_unit_bandwidth,
-                       wake_s=self.wake_s or nominal.wake_s, warm_bytes=self.warm_bytes or nominal.warm_bytes,
+                       wake_s=self.wake_s or nominal.wake_s,
                        op_cost=tuple(sorted((self.op_costs or {}).items())) or nominal.op_cost,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
@@ -130,7 +127,8 @@ def _read(path: str, stamp: int) -> Calibration | None:
         data = json.loads(Path(path).read_text())
         if data.get("format") != FORMAT:
             return None
-        return Calibration(**data)
+        known = {f.name for f in fields(Calibration)}  # a newer or older file: what this version reads
+        return Calibration(**{k: v for k, v in data.items() if k in known})
     except (OSError, ValueError, TypeError):
         return None
 
@@ -186,13 +184,6 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     dependent = _dependent_cycles(repeats, threads, launch)
     progress(f"dependent step (one element per unit): {dependent:.2f} cycles")
 
-    warm_n = WARM_BYTES // 4
-    warm_src, warm_dst = src[:warm_n], dst[:warm_n]
-    def warm_copy(t):
-        return lambda: [lib.gir_cal_copy(warm_dst.ctypes.data, warm_src.ctypes.data, warm_n, t) for _ in range(20)]
-    warm_all = 2 * WARM_BYTES * 20 / _best_of(warm_copy(threads), repeats)
-    warm_one = 2 * WARM_BYTES * 20 / _best_of(warm_copy(1), repeats)
-    progress(f"copy of {WARM_BYTES >> 10} KiB in cache: {warm_all / 1e9:.1f} GB/s with {threads} threads, {warm_one / 1e9:.1f} with one")
     lib.gir_cal_gap_fork.argtypes, lib.gir_cal_gap_fork.restype = [ctypes.c_void_p, ctypes.c_long, ctypes.c_double], ctypes.c_double
     wakes = [lib.gir_cal_gap_fork(scratch.ctypes.data, threads, WAKE_GAP_S) for _ in range(20 * repeats)]
     wake = float(np.median(wakes))
@@ -201,28 +192,7 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
-                       measured_at=time.strftime("%Y-%m-%d %H:%M"), warm_bandwidth=warm_all,
-                       warm_unit_bandwidth=warm_one, wake_s=wake, warm_bytes=last_level_cache_bytes() // 4, op_costs=costs)
-
-
-def last_level_cache_bytes() -> int:
-    """The largest cache level's data or unified caches over all cores together (each shared
-    cache once), as Linux reports them; 0 where it does not. A quarter of it is the model's
-    `warm_bytes`: an activation that size still sits in it when the next kernel reads it, beside
-    that kernel's other operands (a rule of thumb, not a measurement)."""
-    found: dict[int, dict[str, int]] = {}
-    for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
-        try:
-            if (index / "type").read_text().strip() == "Instruction":
-                continue
-            level = int((index / "level").read_text())
-            shared = (index / "shared_cpu_list").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
-        found.setdefault(level, {})[shared] = int(size.rstrip("KM")) * scale
-    return sum(found[max(found)].values()) if found else 0
+                       measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, op_costs=costs)
 
 
 # ONNX op -> the time model's op name (gir/fusion/perf.py OP_COST), with inputs in a range the op

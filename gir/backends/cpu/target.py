@@ -23,8 +23,6 @@ CPU_NOMINAL_TIMING = Timing(
     simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
     serial_below_bytes=1 << 20,           # what one thread streams (~30 GB/s) while a team of sleeping threads
                                           # forks and joins (38 us measured, passive waits): see gir/ir/one_thread.py
-    warm_bytes=4 << 20,                   # an activation up to this size is still cached for the next kernel
-    warm_unit_bandwidth=50e9,             # one thread streaming cached data; gir calibrate measures both
     wake_s=38e-6,                         # a fork whose threads sleep (passive waits, session 13's calibration)
     unit_setup=3,                         # per-unit index arithmetic: the compiler hoists most of it out of the
                                           # loop over units (GPUs keep the model's 12; tau-b on the rank data)
