@@ -166,9 +166,10 @@ class Store:
                 path.unlink()
             return False, None
 
-    def get(self, key, default=None):
+    def get(self, key, default=None, **load):
+        """`load`: what a subclass's `_load` takes besides the key (BufferStore: `resolve`)."""
         if key not in self._read:
-            found, value = self._load(key)
+            found, value = self._load(key, **load)
             if not found:
                 self.misses += 1
                 return default
@@ -331,16 +332,6 @@ class BufferStore(Store):
             with suppress(OSError):
                 path.unlink()
             return False, None
-
-    def get(self, key, default=None, resolve=None):
-        if key not in self._read:
-            found, value = self._load(key, resolve)
-            if not found:
-                self.misses += 1
-                return default
-            self._read[key] = value
-            self.hits += 1
-        return self._read[key]
 
     def __setitem__(self, key, value) -> None:
         self.put(key, value)

@@ -17,6 +17,7 @@ from gir.ir import get_target
 from gir.ir.expr import Const, Input, call, evaluate
 from gir.runtime import onednn
 from gir.runtime.library import run_library_op
+from test_cpu_library import CONVS, MATMULS, _run_dnnl  # the library tests' shapes and call
 
 needs_onednn = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN: {onednn.unavailable()}")
 
@@ -24,29 +25,6 @@ needs_onednn = pytest.mark.skipif(onednn.library() is None, reason=f"oneDNN: {on
 PARAMS = {"relu": (0, 0), "leaky_relu": (0.1, 0), "sigmoid": (0, 0), "tanh": (0, 0), "silu": (1, 0),
           "gelu_erf": (0, 0), "gelu_tanh": (0, 0), "clip": (-0.5, 6.0), "hardsigmoid": (0.2, 0.5),
           "hardswish": (1 / 6, 0.5), "elu": (0.7, 0)}
-
-CONVS = {  # x shape, w shape, strides, pads (begin..., end...), dilations, group, bias
-    "dense": ((2, 5, 9, 8), (7, 5, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True),
-    "dense_no_bias": ((1, 4, 6, 6), (8, 4, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], 1, False),
-    "pointwise": ((1, 16, 7, 5), (24, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True),
-    "grouped_strided_dilated": ((2, 6, 9, 11), (4, 3, 3, 2), [2, 1], [1, 0, 2, 1], [1, 2], 2, True),
-    "depthwise": ((1, 8, 7, 7), (8, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 8, True),
-    "depthwise_strided": ((1, 16, 12, 12), (16, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 16, True),
-    "depthwise_multiplier": ((1, 6, 8, 8), (12, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 6, False),
-    "1d": ((1, 3, 10), (5, 3, 3), [2], [1, 1], [2], 1, True),
-    "3d": ((1, 4, 5, 6, 7), (6, 2, 2, 3, 2), [1, 2, 1], [0, 1, 0, 1, 0, 1], [1, 1, 2], 2, True),
-}
-
-MATMULS = {  # A shape, B shape, B constant
-    "2d": ((5, 7), (7, 3), True),
-    "2d_runtime_b": ((5, 7), (7, 3), False),
-    "batched": ((4, 5, 7), (4, 7, 3), False),
-    "broadcast_b": ((2, 3, 5, 7), (7, 6), True),
-    "broadcast_both": ((2, 1, 5, 7), (3, 7, 6), False),
-    "vector_a": ((7,), (2, 7, 3), False),
-    "vector_b": ((3, 5, 7), (7,), True),
-}
-
 
 def _t(name, shape, value=None):
     return Tensor(name, tuple(shape), "float32", value)
@@ -88,6 +66,15 @@ def _conv_case(case, steps):
         b[:] = 0
         bias = True
     inputs = ["x", "w"] + (["b"] if bias else [])
+    epilogue, y = _steps(steps, inputs, y, r)
+    op = BasicOp("conv", "conv", inputs, ["y"], {"strides": tuple(strides), "pads": tuple(pads),
+                                                 "dilations": tuple(dilations), "group": group,
+                                                 "epilogue": tuple(epilogue), "absorbed": (("test", ()),)}, "test")
+    return op, tensors, {"x": x, "w": w, "b": b, "r": r}, y
+
+
+def _steps(steps, inputs: list, y, r):
+    """The op's epilogue steps (residual inputs appended to `inputs`) and y after them in numpy."""
     epilogue = []
     for kind in steps:
         if kind == "residual":
@@ -97,10 +84,7 @@ def _conv_case(case, steps):
         else:
             epilogue.append((kind, *map(float, PARAMS[kind])))
             y = _numpy_formula(kind, y)
-    op = BasicOp("conv", "conv", inputs, ["y"], {"strides": tuple(strides), "pads": tuple(pads),
-                                                 "dilations": tuple(dilations), "group": group,
-                                                 "epilogue": tuple(epilogue), "absorbed": (("test", ()),)}, "test")
-    return op, tensors, {"x": x, "w": w, "b": b, "r": r}, y
+    return epilogue, y
 
 
 def _matmul_case(case, steps, bias=True):
@@ -113,29 +97,14 @@ def _matmul_case(case, steps, bias=True):
     r = rng.standard_normal(y.shape).astype(np.float32)
     tensors = {"a": _t("a", a_shape), "b": _t("b", b_shape, b if const else None), "c": _t("c", c.shape, c),
                "r": _t("r", y.shape), "y": _t("y", y.shape)}
-    inputs, attrs, epilogue = ["a", "b"], {"absorbed": (("test", ()),)}, []
+    inputs, attrs = ["a", "b"], {"absorbed": (("test", ()),)}
     if bias:
         inputs.append("c")
         attrs["bias"] = True
         y = y + c
-    for kind in steps:
-        if kind == "residual":
-            inputs.append("r")
-            epilogue.append(("residual", len(inputs) - 1, 0.0))
-            y = y + r
-        else:
-            epilogue.append((kind, *map(float, PARAMS[kind])))
-            y = _numpy_formula(kind, y)
+    epilogue, y = _steps(steps, inputs, y, r)
     attrs["epilogue"] = tuple(epilogue)
     return BasicOp("mm", "matmul", inputs, ["y"], attrs, "test"), tensors, {"a": a, "b": b, "c": c, "r": r}, y, const
-
-
-def _run_dnnl(op, tensors, values, constants, **kw):
-    made = onednn.prepare(op, tensors, {n: values[n].reshape(-1) for n in constants}, **kw)
-    assert not isinstance(made, str), made
-    y = np.full(tensors[op.outputs[0]].shape, np.nan, np.float32)
-    made.call(*[0 if t is None else values[t].ctypes.data for t in made.operands], y.ctypes.data)
-    return y
 
 
 def _close(got, want):
