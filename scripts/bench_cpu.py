@@ -32,21 +32,28 @@ def child(name: str, runtime: str, threads: int, runs: int, tiny: bool) -> dict:
 
     import numpy as np
     import models
-    model = models.load_bundled(name) if tiny else models.build(name)
-    feeds = models.example_inputs(model, 0)
+    from models.exported_files import EXPORTED, input_shapes, manifest, reference
+    exported = manifest().get(name)
+    if exported:  # a torch.onnx export (models/exported/): its file, and the inputs PyTorch ran
+        model, shapes = str(EXPORTED / exported["file"]), input_shapes(exported)
+        feeds = reference(exported)[0]
+    else:
+        model, shapes = (models.load_bundled(name) if tiny else models.build(name)), None
+        feeds = models.example_inputs(model, 0)
     start = time.perf_counter()
     if runtime == "ort":
         import onnxruntime as ort
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
-        session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model if exported else model.SerializeToString(), opts,
+                                       providers=["CPUExecutionProvider"])
         path = "onnxruntime"
     else:
         import gir
         from gir.cache import Store, gir_version
         from gir.ir import get_target
         store = Store("plan", gir_version(), repr(get_target("cpu")), 2)
-        session = gir.Session(model, target="cpu", plan_cache=store)
+        session = gir.Session(model, target="cpu", plan_cache=store, input_shapes=shapes)
         path = getattr(session.engine, "library_path", "numpy")
     ready = time.perf_counter() - start
     session.run(None, feeds)
@@ -134,9 +141,13 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--exported", action="store_true", help="the torch.onnx exports of models/exported/ instead")
     ap.add_argument("--busy", action="store_true", help="also time each runtime with one core taken by another process")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.exported:
+        from models.exported_files import manifest
+        args.models = list(manifest())
     runtimes = (["gir-before"] if args.before else []) + args.runtimes
     rows = []
     for name in args.models:
