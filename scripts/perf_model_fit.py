@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import perf_model_rank as rank  # noqa: E402  (the same space, candidates and estimate)
 
 from gir.frontend import load  # noqa: E402
-from gir.fusion.perf import estimate  # noqa: E402
 from gir.ir import get_target  # noqa: E402
 
 
@@ -49,7 +48,7 @@ def rescore(result: dict) -> dict:
             entry = options[space.describe(o)]
             entry["measured"].append(stored["median_s"])
             if entry["model"] is None:
-                entry["model"] = estimate(space.graph_of(o))
+                entry["model"] = rank.option_estimate(space, o)
     modelled = [r["model"]["seconds"] for r in rows]
     measured = [r["measured"]["median_s"] for r in rows]
     pick = int(np.argmin(modelled))

@@ -118,6 +118,7 @@ class Space:
         into its reader is no reader, which only the planner knows)."""
         self.graph, self.target, self.ops = graph, target, graph.ops if ops is None else ops
         self.per_op = per_op or [candidates(op, graph.tensors, target).candidates for op in self.ops]
+        self.estimates = {}  # Option -> the model's estimate (option_estimate)
         self.escaping = escaping
         self._choices, self._graphs = {}, {}
 
@@ -243,10 +244,17 @@ def select(space: Space, count: int, seed: int) -> list[tuple[Option, ...]]:
 
 def model_estimate(space: Space, seq) -> dict:
     """Modelled seconds of a sequence (the sum over its graphs) and of each term."""
-    ests = [estimate(space.graph_of(o)) for o in seq]
+    ests = [option_estimate(space, o) for o in seq]
     out = {p: sum(e.parts[p] for e in ests) for p in PARTS}
     return out | {"seconds": sum(e.seconds for e in ests), "dram_bytes": sum(e.dram_bytes for e in ests),
                   "kernels": sum(e.kernels for e in ests), "bound": "+".join(e.bound for e in ests)}
+
+
+def option_estimate(space: Space, o: Option):
+    """The model's estimate of one option, computed once per space (candidates share options)."""
+    if o not in space.estimates:
+        space.estimates[o] = estimate(space.graph_of(o))
+    return space.estimates[o]
 
 
 def build_kernels(space: Space, options, emitter) -> tuple[dict, dict]:
@@ -442,7 +450,7 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
     measure_s, loads = time.perf_counter() - start, (load_before, os.getloadavg()[0])
     for row, t, parts in zip(rows, times, per_option):
         row["options"] = [{"option": space.describe(o), "key": [o.start, o.stop, o.family, o.rewritten],
-                           "model_s": estimate(space.graph_of(o)).seconds, "median_s": float(np.median(parts[:, i]))}
+                           "model_s": option_estimate(space, o).seconds, "median_s": float(np.median(parts[:, i]))}
                           for i, o in enumerate(row.pop("seq"))]
         row["measured"] = {"median_s": float(np.median(t)), "min_s": float(t.min()), "p25_s": float(np.percentile(t, 25)),
                            "p75_s": float(np.percentile(t, 75)), "calls": len(t)}

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from gir.frontend.basic import BasicOp
-from gir.ir import DEVICE, DRAM, SHARED, GIRGraph, Sync
+from gir.ir import DRAM, SHARED, GIRGraph, Sync
 from gir.ir.affine import ParallelPrimitive
 from gir.ir.dtypes import np_dtype, np_is_float
 from gir.ir.gops import Gather, GOp
 from gir.ir.slices import Buffer
+from gir.ir.stretches import kernel_dram_buffers, kernel_stretches, touched
 
 from .errors import IndexOutOfRange, ResourceError
 
@@ -74,19 +75,9 @@ def c_identifier(text: str) -> str:
     return ident if not ident[0].isdigit() else "k" + ident
 
 
-def _touched(op: GOp):
-    return [op.slice] if isinstance(op, Sync) else [*op.reads(), *op.writes()]
-
-
 def split_kernels(graph: GIRGraph) -> list[Kernel]:
     """Kernels in launch order. Empty stretches (two device syncs in a row) make no kernel."""
-    stretches: list[list[tuple[int, GOp]]] = [[]]
-    for node, op in graph.ops():
-        if isinstance(op, Sync) and op.scope == DEVICE:
-            stretches.append([])
-        else:
-            stretches[-1].append((node, op))
-    stretches = [s for s in stretches if any(not isinstance(op, Sync) for _, op in s)]
+    stretches = kernel_stretches(graph)
     _recompute_crossing_values(graph, stretches)
     base = c_identifier(graph.name)
     if len(base) > 40:  # fused graphs are named after all their operators
@@ -94,9 +85,9 @@ def split_kernels(graph: GIRGraph) -> list[Kernel]:
     lanes = graph.target.lanes_per_unit
     kernels = []
     for i, ops in enumerate(stretches):
-        names = {s.buffer for _, op in ops for s in _touched(op)}
+        names = {s.buffer for _, op in ops for s in touched(op)}
         written = {s.buffer for _, op in ops if not isinstance(op, Sync) for s in op.writes()}
-        params = tuple(b for b in graph.buffers.values() if b.name in names and b.level == DRAM)
+        params = tuple(kernel_dram_buffers(graph, ops))
         shared = sum(b.nbytes for b in graph.buffers.values() if b.name in names and b.level == SHARED)
         kernels.append(Kernel(f"{base}_k{i}", ops, params, graph.prim.grid, graph.prim.units_per_block * lanes,
                               shared, graph.prim, {n: b for n, b in graph.buffers.items() if n in names},

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from copy import copy
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from math import ceil, log2
 
 from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
 from gir.ir.one_thread import runs_on_one_thread
+from gir.ir.stretches import kernel_dram_buffers, kernel_stretches
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
@@ -115,7 +117,7 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     per_block, resident_units = _residency(graph, registers_per_lane)
     # a small CPU kernel runs on one thread, without forking a team (gir/ir/one_thread.py);
     # the emitter decides per kernel, and so does the launch term
-    teams = [not runs_on_one_thread(bufs, t) for bufs in _kernel_buffers(graph)]
+    teams = [not runs_on_one_thread(kernel_dram_buffers(graph, k), t) for k in kernel_stretches(graph)]
     one_thread = not any(teams)
     processors = 1 if one_thread else t.processors
     concurrent_blocks = min(prim.num_blocks, per_block * processors)
@@ -162,19 +164,6 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
                     resident_units / t.max_units_per_processor, bound, parts, by_buffer,
                     bytes_in_flight=in_flight, instructions=int(program.instructions),
                     notes={"waves": waves, "rounds": program.rounds, "blocks_per_processor": per_block})
-
-
-def _kernel_buffers(graph: GIRGraph) -> list[list]:
-    """The DRAM buffers each kernel of the graph touches (the stretches between device syncs,
-    as gir/backends/kernels.py splits them)."""
-    stretches: list[set] = [set()]
-    for _, op in graph.ops():
-        if isinstance(op, Sync):
-            if op.scope == DEVICE:
-                stretches.append(set())
-            continue
-        stretches[-1].update(s.buffer for s in (*op.reads(), *op.writes()))
-    return [[graph.buffers[n] for n in names if graph.buffers[n].level == DRAM] for names in stretches if names]
 
 
 def _launches(teams: list[bool], t) -> float:
@@ -295,6 +284,11 @@ def _without_trivial_masks(op: Move, prim) -> Move:
 def _expr_cost(expr, measured: tuple = ()) -> float:
     """Unit-instructions per element of an expression: the target's measured op costs where it
     has them (`Timing.op_cost`, from `gir calibrate`), else the nominal table."""
-    costs = OP_COST | dict(measured) if measured else OP_COST
+    costs = _op_table(measured)
     return sum(costs.get(n.op, 1) for n in postorder(expr) if isinstance(n, Call))
+
+
+@lru_cache(maxsize=8)
+def _op_table(measured: tuple) -> dict:
+    return OP_COST | dict(measured)
 
