@@ -911,8 +911,11 @@ class CStyle:
         return acc, ident, term
 
     @staticmethod
-    def combine(kind: str, a: str, b: str) -> str:
-        return {"sum": f"{a} + {b}", "prod": f"{a} * {b}", "max": f"GIR_MAX({a}, {b})", "min": f"GIR_MIN({a}, {b})"}[kind]
+    def combine(kind: str, a: str, b: str, chain: bool = False) -> str:
+        """`chain`: a scalar accumulation, one element after another (the prelude's max/min
+        spelling that compiles to selects there, not branches)."""
+        s = "S" if chain else ""
+        return {"sum": f"{a} + {b}", "prod": f"{a} * {b}", "max": f"GIR_MAX{s}({a}, {b})", "min": f"GIR_MIN{s}({a}, {b})"}[kind]
 
     def reduce_own(self, op: Reduce) -> list[str]:
         """uniform=False: output element k is reduced by the lane that owns it."""
@@ -927,7 +930,7 @@ class CStyle:
             for g in range(op.group):
                 x, ok = self.load(op.src, e.k.lin(op.group, g), e)
                 x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
-                lines.append(f"acc = {self.combine(op.op, 'acc', f'({x})')};")
+                lines.append(f"acc = {self.combine(op.op, 'acc', f'({x})', chain=True)};")
             return lines + guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, ddt)};"])
         return self.for_elements(op, op.dst.size, body)
 
@@ -1174,7 +1177,7 @@ class LoopedLanes:
         G, A, ct = op.group, self.ACCUMULATORS, self.ctype(acc)
         if G < 2 * A:
             return [f"{ct} acc = {ident};",
-                    f"for (int g = 0; g < {G}; ++g) {{ {pre}{' ' if pre else ''}acc = {self.combine(op.op, 'acc', f'({x})')}; }}"]
+                    f"for (int g = 0; g < {G}; ++g) {{ {pre}{' ' if pre else ''}acc = {self.combine(op.op, 'acc', f'({x})', chain=True)}; }}"]
         full, blk = G - G % A, A * self.BLOCK_STEPS
         lines = [f"{ct} acc = {ident};", f"for (int gb = 0; gb < {full}; gb += {blk}) {{",
                  f"  const int ge = gb + {blk} < {full} ? gb + {blk} : {full};",
@@ -1193,7 +1196,7 @@ class LoopedLanes:
             lines += tree_pragma
             lines.append(f"  for (int j = 0; j < {half}; ++j) part[j] = {self.combine(op.op, 'part[j]', f'part[j + {half}]')};")
             half //= 2
-        lines += [f"  acc = {self.combine(op.op, 'acc', 'part[0]')};", "}"]
+        lines += [f"  acc = {self.combine(op.op, 'acc', 'part[0]', chain=True)};", "}"]
         if G % A:
-            lines.append(f"for (int g = {full}; g < {G}; ++g) {{ {pre}{' ' if pre else ''}acc = {self.combine(op.op, 'acc', f'({x})')}; }}")
+            lines.append(f"for (int g = {full}; g < {G}; ++g) {{ {pre}{' ' if pre else ''}acc = {self.combine(op.op, 'acc', f'({x})', chain=True)}; }}")
         return lines

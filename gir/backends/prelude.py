@@ -12,14 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from string import Template
 
-# NaN-propagating, as numpy (a NaN operand gives a NaN: their sum). Written so that gcc turns it
-# into selects both in a vectorised loop and in a scalar chain: the older form
-# `(a > b || a != a) ? a : b` compiled a scalar max chain into branches, 8x slower on random
-# data (a 9-tap max over 196,608 floats: 514 us against 61 us), and the form that tests NaN
-# first and nests the comparison broke vectorisation (128 us against 45-54 us over 1,536 rows
-# of 128). Measured with gcc 12.2 -O3 -march=native (AVX-512), session 15.
-MIN_MAX = """#define GIR_MAX(a, b) (((a) != (a) || (b) != (b)) ? (a) + (b) : ((a) > (b) ? (a) : (b)))
-#define GIR_MIN(a, b) (((a) != (a) || (b) != (b)) ? (a) + (b) : ((a) < (b) ? (a) : (b)))
+# NaN-propagating, as numpy, in two spellings of the same function, because gcc compiles each
+# well in one place only (gcc 12.2 -O3 -march=native, AVX-512; `scripts/cpu_math_probes.py`):
+# GIR_MAX/GIR_MIN, for element loops and SIMD partials, vectorise to compare-and-blend; in a
+# scalar chain (acc = max(acc, x) one element after another) they compile to a branch per
+# element. GIR_MAXS/GIR_MINS (a NaN operand gives their sum) compile to selects there: a 9-tap
+# max chain over 196,608 floats 408 -> 57 us. Vectorised, the S form is slower (BERT's
+# softmax row max 25 -> 52 us with its input in cache), so each is used where it is fast.
+MIN_MAX = """#define GIR_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+#define GIR_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+#define GIR_MAXS(a, b) (((a) != (a) || (b) != (b)) ? (a) + (b) : ((a) > (b) ? (a) : (b)))
+#define GIR_MINS(a, b) (((a) != (a) || (b) != (b)) ? (a) + (b) : ((a) < (b) ? (a) : (b)))
 """
 
 FP16 = Template("""#define GIR_RH(x) gir_h2f(gir_f2h(x))  /* round a float to fp16 precision */

@@ -71,7 +71,7 @@ class Emitter(CStyle):
 
     def prelude(self) -> str:
         """TODO(port): includes, and the macros every kernel uses (GIR_INF_F, GIR_NAN_F,
-        GIR_INF_D, GIR_NAN_D, GIR_MAX, GIR_MIN, GIR_RH, gir_ipow)."""
+        GIR_INF_D, GIR_NAN_D, GIR_MAX, GIR_MIN, GIR_MAXS, GIR_MINS, GIR_RH, gir_ipow)."""
         return GPU_PRELUDE
 
     def prologue(self, k: Kernel) -> list[str]:
