@@ -264,13 +264,16 @@ def gpu_report(results: dict) -> str:
 
 
 GPU_NOTES = """Model latencies are host to host on both sides (inputs uploaded, outputs downloaded), median
-of the runs after one warm-up: GIR runs its library ops (matmul, conv) on the host through
-numpy, so "GIR kernels only" (the sum of its fused kernels' times below) is the part GIR is
-responsible for; GIR kernels GB/s: all their modelled bytes over that time. torch: the model
-converted by onnx2torch, eager and `torch.compile` (default mode; the first call, which
-compiles, is not timed). Kernel times: CUDA events, median of 100 runs after 10 warm-up runs,
-each run on another copy of the kernel's buffers (the copies cover 4x the L2 cache); bytes are
-the plan's modelled DRAM bytes; GB/s is bytes / time.
+of the runs after one warm-up. GIR: gir.Session on the device runtime (library ops through
+cuBLASLt, convs as an im2col kernel + cuBLASLt, the whole plan replayed as one CUDA graph, one
+synchronisation per run); "GIR kernels only" is the sum of its fused kernels' times below, the
+part GIR's own code generation is responsible for; GIR kernels GB/s: all their modelled bytes
+over that time. torch: the ONNX model converted by onnx2torch (one torch module per ONNX node,
+so eager mode is slower than hand-written PyTorch would be), eager and `torch.compile` (default
+mode; the first call, which compiles, is not timed). Kernel times: CUDA events on the launcher's
+stream, median of 100 runs after 10 warm-up runs, each run on another copy of the kernel's
+buffers (the copies cover 4x the L2 cache); bytes are the plan's modelled DRAM bytes; GB/s is
+bytes / time, "of copy" that over the device-to-device copy above.
 """
 
 

@@ -3,7 +3,7 @@ the bandwidth ceiling (a device-to-device copy), the achieved bandwidth of every
 generated, and model latency of gir.Session against PyTorch eager and torch.compile.
 
 Why these choices: kernels are launched through the session's own CudaLauncher (the exact
-launches a run makes) and timed with CUDA events on the default stream the launcher uses,
+launches a run makes: DeviceEngine.program) and timed with CUDA events on the launcher's stream,
 behind a short GPU spin so that the host's launch overhead is not counted; median of many runs
 after warm-up, each run on another copy of the kernel's buffers so that the L2 cache (50 MB on
 an H100) does not serve a run from the previous one. Bytes moved per kernel are the plan's
@@ -11,9 +11,21 @@ modelled DRAM bytes (each distinct element read or written once). The PyTorch si
 ONNX -> torch converter (onnx2torch); without one those columns are skipped, not hand-written.
 Model latencies are host to host on both sides (inputs uploaded, outputs downloaded), as
 gir.Session.run is.
+
+Alone (without the CPU half of bench.py), on a GPU machine:
+
+    PYTHONPATH=.:scripts python3 scripts/bench_gpu.py [--models NAME ...] [--runs 20]
+        [--no-torch-compile] [--out results/bench_gpu]
+
+writes OUT.json after each model (a run cut short keeps what it measured) and OUT.md at the end.
 """
+import argparse
+import json
 import math
+import os
 import statistics
+import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -22,10 +34,7 @@ import gir
 from check_zoo import errors, failure, median_ms
 from gir.backends.cuda.launcher import CudaLauncher
 from gir.backends.errors import NoDeviceError
-from gir.backends.kernels import split_kernels
 from gir.backends.launcher_base import DeviceBuffer
-from gir.frontend.basic import BasicOp
-from gir.ir.dtypes import np_dtype
 
 WARMUP, KERNEL_RUNS = 10, 100
 ROTATED_BYTES = 4            # the buffer copies of one kernel cover this many times the L2 cache
@@ -41,7 +50,7 @@ class GpuUnavailable(RuntimeError):
 class Gpu:
     """torch (events, the copy, the PyTorch models) and what is known about the device."""
 
-    def __init__(self, runs: int):
+    def __init__(self, runs: int, torch_compile: bool = True):
         try:
             import torch
         except ImportError as err:
@@ -52,26 +61,35 @@ class Gpu:
             CudaLauncher()  # GIR's own way onto the device; the sessions open theirs
         except NoDeviceError as err:
             raise GpuUnavailable(str(err)) from None
-        self.torch, self.runs = torch, runs
+        self.torch, self.runs, self.torch_compile = torch, runs, torch_compile
         props = torch.cuda.get_device_properties(0)
         self.name, self.l2_bytes = props.name, getattr(props, "L2_cache_size", 50 << 20)
         self.copy_bytes_per_s = self.copy_bandwidth()
 
-    def event_seconds(self, fn) -> float:
-        """GPU time of the work `fn` enqueues on the default stream. The GPU first spins for about
-        a millisecond, so that the Python launch overhead is hidden and not timed."""
-        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-        self.torch.cuda._sleep(SPIN_CYCLES)
-        start.record()
-        fn()
-        end.record()
+    def event_seconds(self, fn, stream=None) -> float:
+        """GPU time of the work `fn` enqueues on `stream` (a torch stream; the current one if
+        None). The GPU first spins on that stream for about a millisecond, so that the Python
+        launch overhead is hidden and not timed."""
+        torch = self.torch
+        stream = stream or torch.cuda.current_stream()
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(SPIN_CYCLES)
+            start.record(stream)
+            fn()
+            end.record(stream)
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
-    def median_seconds(self, fn_of_run, runs: int) -> float:
+    def median_seconds(self, fn_of_run, runs: int, stream=None) -> float:
         for i in range(WARMUP):
             fn_of_run(i)
-        return statistics.median(self.event_seconds(lambda: fn_of_run(WARMUP + i)) for i in range(runs))
+        return statistics.median(self.event_seconds(lambda: fn_of_run(WARMUP + i), stream) for i in range(runs))
+
+    def launcher_stream(self, launcher):
+        """The launcher's own (non-blocking) stream as a torch stream: events on the default
+        stream would not order with it."""
+        return self.torch.cuda.ExternalStream(launcher.stream_handle)
 
     def copy_bandwidth(self) -> float:
         """Bytes read + written per second by a 1 GiB device-to-device copy."""
@@ -102,7 +120,8 @@ class Gpu:
         except Exception as err:  # noqa: BLE001
             return {"torch_note": f"onnx2torch cannot convert it: {failure(err)}"}
         result = {}
-        for label, fn in (("eager", module), ("compile", self.torch.compile(module))):
+        ways = [("eager", module)] + ([("compile", self.torch.compile(module))] if self.torch_compile else [])
+        for label, fn in ways:
             try:
                 run = self.host_to_host(fn, [feeds[i.name] for i in model.graph.input if i.name in feeds])
                 result[f"torch_{label}_max_rel_err"] = errors(run(), reference)[1]  # the first call compiles
@@ -123,65 +142,89 @@ class Gpu:
 
 def kernel_times(gpu: Gpu, session, feeds: dict) -> list[dict]:
     """Median time of each fused kernel of the plan (all its launches), on rotated buffer copies.
-    Call after one session.run, so that the copies start from real values."""
-    calls = iter(session.engine.calls)  # DeviceEngine: one call per library op or launch, in plan order
+    Call after one session.run, so that the copies start from the values a run leaves."""
+    engine = session.engine  # DeviceEngine: its program is the exact launch list a run replays
+    by_step: dict[int, list] = {}
+    for step, call in zip(engine.kernel_steps, engine.program):
+        if step is not None:
+            by_step.setdefault(step, []).append(call[1:])  # (kernel, grid, block, shared, args)
     rows = []
-    for step in session.plan.steps:
-        if isinstance(step, BasicOp):
-            next(calls)
-            continue
-        launches = [next(calls) for _ in split_kernels(step.graph)]
-        seconds = time_rotated(gpu, session, launches, feeds)
+    for i, launches in by_step.items():
+        step = session.plan.steps[i]
+        seconds = time_rotated(gpu, engine.launcher, launches)
         rows.append({"kernel": step.name, "launches": len(launches), "bytes": step.estimate.dram_bytes,
                      "seconds": seconds, "bytes_per_s": step.estimate.dram_bytes / seconds})
     return rows
 
 
-def time_rotated(gpu: Gpu, session, launches: list, feeds: dict) -> float:
-    launcher = session.engine.launcher
-    sizes = {}
-    for *_, slots in launches:
-        for s in slots:
-            sizes[_key(s)] = max(sizes.get(_key(s), 0), _nbytes(session, s))
+def time_rotated(gpu: Gpu, launcher, launches: list) -> float:
+    """Each buffer a kernel touches is copied `count` times, the copies starting from the
+    buffer's contents; run i uses copy i % count, so that the copies together exceed the L2."""
+    sizes: dict[int, int] = {}
+    for *_, args in launches:
+        for buf in args:
+            sizes[buf.ptr] = max(sizes.get(buf.ptr, 0), buf.nbytes)
     total = max(1, sum(sizes.values()))
     count = max(2, min(MAX_COPIES, math.ceil(ROTATED_BYTES * gpu.l2_bytes / total)))
     count = max(1, min(count, MAX_COPY_BYTES // total))
-    copies = [{k: launcher.alloc(max(1, n)) for k, n in sizes.items()} for _ in range(count)]
+    copies = [{p: launcher.alloc(max(1, n)) for p, n in sizes.items()} for _ in range(count)]
     try:
-        for key, n in sizes.items():
-            host = _contents(session, key, n, feeds)
+        for ptr, n in sizes.items():
+            host = np.empty(n, np.uint8)
+            launcher.download(DeviceBuffer(ptr, n), host)
             for copy in copies:
-                launcher.upload(copy[key], host)
+                launcher.upload(copy[ptr], host)
+        launcher.synchronize()
 
         def run(i):
             copy = copies[i % count]
-            for kernel, blocks, threads, shared, slots in launches:
-                launcher.launch(kernel, blocks, threads, shared, [copy[_key(s)] for s in slots])
-        return gpu.median_seconds(run, KERNEL_RUNS)
+            for kernel, blocks, threads, shared, args in launches:
+                launcher.launch(kernel, blocks, threads, shared, [copy[b.ptr] for b in args])
+        return gpu.median_seconds(run, KERNEL_RUNS, gpu.launcher_stream(launcher))
     finally:
         for copy in copies:
             for buf in copy.values():
                 launcher.free(buf)
 
+def main(argv=None) -> int:
+    import bench  # the report format and model list are bench.py's; imported here, not at the top
+    import models
+    ap = argparse.ArgumentParser(description="GIR's fused kernels and sessions on an NVIDIA GPU")
+    ap.add_argument("--models", nargs="+", default=bench.SEVEN, metavar="NAME")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per model latency (median)")
+    ap.add_argument("--target", default="cuda:sm_90")
+    ap.add_argument("--limit", type=int, default=2, help="parallel structures searched per fused group")
+    ap.add_argument("--no-torch-compile", action="store_true", help="PyTorch eager only (compiling takes minutes)")
+    ap.add_argument("--out", default="results/bench_gpu", help="writes OUT.json and OUT.md")
+    args = ap.parse_args(argv)
+    try:
+        gpu = Gpu(args.runs, torch_compile=not args.no_torch_compile)
+    except GpuUnavailable as err:
+        print(f"bench_gpu.py: {err}", file=sys.stderr)
+        return bench.EXIT_NO_GPU
+    results = {"command": "PYTHONPATH=.:scripts python3 scripts/bench_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "machine": bench.machine(), "options": vars(args),
+               "gpu": {"device": gpu.name, "copy_bytes_per_s": gpu.copy_bytes_per_s}, "models": []}
+    bench.progress("gpu", f"{gpu.name}: device-to-device copy {gpu.copy_bytes_per_s / 1e9:.0f} GB/s")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    for name in args.models:
+        start = time.perf_counter()
+        model = models.build(name)
+        row = {"model": name, "gpu": bench.gpu_numbers(gpu, model, models.example_inputs(model, 0), args)}
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        results["models"].append(row)
+        g = row["gpu"]
+        bench.progress(name, g["error"] if "error" in g else
+                       f"GIR {g['gir_ms']:.2f} ms (kernels {g['kernel_ms']:.3f} ms), max rel err {g['gir_max_rel_err']:.2g}, "
+                       f"torch eager {g.get('torch_eager_ms', '-')} ms; {row['seconds']} s")
+        with open(args.out + ".json", "w") as f:
+            json.dump(results, f, indent=1)
+    report = bench.gpu_report(results)
+    with open(args.out + ".md", "w") as f:
+        f.write(report)
+    print(report)
+    return 0
 
-def _key(slot):
-    """Slots are device buffers (arena, constants) or names of tensors bound at each run."""
-    return slot if isinstance(slot, str) else slot.ptr
 
-
-def _nbytes(session, slot) -> int:
-    if not isinstance(slot, str):
-        return slot.nbytes
-    t = session.plan.graph.tensors[slot]
-    return t.size * np_dtype(t.dtype).itemsize
-
-
-def _contents(session, key, nbytes: int, feeds: dict) -> np.ndarray:
-    """What the buffer holds after a run: a feed for an input, the device memory otherwise
-    (an output bound at each run holds nothing yet: zeros)."""
-    if isinstance(key, str):
-        value = feeds.get(key)
-        return np.zeros(nbytes, np.uint8) if value is None else np.ascontiguousarray(value).view(np.uint8).reshape(-1)
-    host = np.empty(nbytes, np.uint8)
-    session.engine.launcher.download(DeviceBuffer(key, nbytes), host)
-    return host
+if __name__ == "__main__":
+    sys.exit(main())

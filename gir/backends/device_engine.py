@@ -218,16 +218,23 @@ class DeviceEngine:
             launcher.upload(self.flags, np.zeros(len(gathering), np.int32))
 
         self.program = []  # ("launch", kernel, grid, block, shared, args) | ("gemm", Gemm)
+        self.kernel_steps = []  # per program entry: the plan step of a GIR kernel's launch, else None
         for launch in launches:
             if isinstance(launch, BasicOp):
-                self.program += self._library_calls(launch, binary, im2col)
+                calls = self._library_calls(launch, binary, im2col)
+                self.program += calls
+                self.kernel_steps += [None] * len(calls)
                 continue
             i, k = launch
+            self.kernel_steps.append(i)
             args = [self._buffer(*locate(plan, memory, i, b), b.nbytes) for b in k.params]
             if k.gathers:
                 args.append(DeviceBuffer(self.flags.ptr + 4 * slot[id(k)], 4))
+            # 0 bytes of dynamic shared memory: the emitters declare each kernel's shared arrays
+            # statically (k.shared_bytes counts them), so passing those bytes again reserved
+            # them twice per block and cost occupancy.
             self.program.append(("launch", launcher.load(binary, k.name), k.num_blocks, k.block_threads,
-                                 k.shared_bytes, args))
+                                 0, args))
         for call in self.program:
             if call[0] == "gemm":
                 launcher.prepare_gemm(call[1])
