@@ -593,6 +593,33 @@ class GpuRig:
             self.launcher.close()
 
 
+_FORKED = None  # (space, options) a forked worker of build_graphs reads
+
+
+def _graphs_of(indices: list[int]) -> list:
+    space, options = _FORKED
+    return [space.graph_of(options[i]) for i in indices]
+
+
+def build_graphs(space: Space, options, jobs: int) -> None:
+    """Every option's GIR-Graph (merge and Algorithm 1's rewrite, most of the host's time for
+    attention's hundred options), built over `jobs` forked processes into space's cache. The
+    workers touch no GPU; the graphs come back pickled."""
+    global _FORKED
+    todo = [i for i, o in enumerate(options) if o not in space._graphs]
+    if jobs <= 1 or len(todo) < 8:
+        return
+    import multiprocessing
+    chunks = [todo[j::jobs] for j in range(jobs)]
+    _FORKED = (space, options)
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            for chunk, graphs in zip(chunks, pool.map(_graphs_of, chunks)):
+                space._graphs.update((options[i], g) for i, g in zip(chunk, graphs))
+    finally:
+        _FORKED = None
+
+
 def build_gpu_kernels(space: Space, options, rig: GpuRig) -> tuple[dict, dict, object]:
     """Every option's kernels in one CUDA source and one compile (NVRTC; the stand-in keeps the
     source). A source the compiler rejects is compiled once per option to find the options to
@@ -747,13 +774,15 @@ def measure_gpu(rig: GpuRig, bound: list[list], rounds: int, per_round: int, see
     return [np.array(t) for t in times]
 
 
-def run_gpu(kind: str, rig: GpuRig, shape=None, count: int = 24, seed: int = 0, rounds: int = 10, per_round: int = 20) -> dict:
+def run_gpu(kind: str, rig: GpuRig, shape=None, count: int = 24, seed: int = 0, rounds: int = 10, per_round: int = 20,
+            jobs: int = 1) -> dict:
     """The experiment on a CUDA target: modelled by `estimate` for rig.target, emitted by the CUDA
     emitter (one source, one compile), checked against onnxruntime, timed per `measure_gpu`."""
     shape = tuple(shape or SUBGRAPHS[kind][0])
     start = time.perf_counter()
     model, graph, space, chosen, options = candidate_space(kind, shape, count, seed, rig.target)
     space_s = time.perf_counter() - start
+    build_graphs(space, options, jobs)
     fns, failed, binary = build_gpu_kernels(space, options, rig)
     build_s = time.perf_counter() - start
     nsets = _sets(graph, chosen, fns, rig.rotate_bytes, rig.max_sets)
@@ -962,6 +991,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="default 10")
     ap.add_argument("--per-round", type=int, default=None, help="calls per candidate and round: default 10 on the "
                     "CPU, 20 on a GPU (one batch between two events)")
+    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
+                    help="processes that build the candidates' graphs (GPU targets; the CPU mode times on these cores)")
     ap.add_argument("--out", default=None, help="write OUT.md and OUT.json (one subgraph on the CPU)")
     ap.add_argument("--out-dir", default=None, help="write perf_model_rank[_gpu|_gpu_dryrun]_<subgraph>.md/.json and "
                     "the summary there (default results/ with a CUDA target)")
@@ -984,7 +1015,7 @@ def main():
             shape = args.shape or (SMALL[kind] if args.small else None)
             try:
                 if gpu:
-                    result = run_gpu(kind, rig, shape, count, args.seed, rounds, per_round)
+                    result = run_gpu(kind, rig, shape, count, args.seed, rounds, per_round, args.jobs)
                 else:
                     result = run(kind, shape, count, args.seed, rounds, per_round)
             except Exception as err:  # noqa: BLE001 -- one subgraph's failure is reported; the others still run
