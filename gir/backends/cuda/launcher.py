@@ -52,6 +52,7 @@ class CudaLauncher(Launcher):
         minor = self._ck(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._dev))
         self.arch = f"sm_{major}{minor}"
         self._modules = []
+        self._module_of: dict[int, tuple] = {}  # id(CudaBinary) -> (the binary, kept alive; its module)
         self._stream = self._ck(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
         self._lt = None
         self._plans: dict = {}
@@ -65,14 +66,26 @@ class CudaLauncher(Launcher):
             raise RuntimeError(f"CUDA driver call failed: {name.decode() if name else err}")
         return result[1] if len(result) == 2 else result[1:] or None
 
+    @property
+    def stream_handle(self) -> int:
+        """The launcher's stream as an integer (CUDA events, libraries that take a raw stream)."""
+        return int(self._stream)
+
     def load(self, binary, kernel_name: str):
         """`binary`: a CudaBinary (its cubin when built for this GPU, else its PTX for the driver
-        to JIT), cubin bytes, or PTX text."""
-        if isinstance(binary, CudaBinary):
-            binary = binary.cubin if binary.arch == self.arch else binary.ptx
-        image = ctypes.create_string_buffer(binary.encode() if isinstance(binary, str) else bytes(binary))
-        module = self._ck(self._d.cuModuleLoadData(ctypes.addressof(image)))
-        self._modules.append(module)
+        to JIT), cubin bytes, or PTX text. A CudaBinary is loaded as one module once, however
+        many of its kernels are asked for (a module load of a large cubin takes milliseconds)."""
+        if isinstance(binary, CudaBinary) and id(binary) in self._module_of:
+            module = self._module_of[id(binary)][1]
+        else:
+            image = binary
+            if isinstance(binary, CudaBinary):
+                image = binary.cubin if binary.arch == self.arch else binary.ptx
+            image = ctypes.create_string_buffer(image.encode() if isinstance(image, str) else bytes(image))
+            module = self._ck(self._d.cuModuleLoadData(ctypes.addressof(image)))
+            self._modules.append(module)
+            if isinstance(binary, CudaBinary):
+                self._module_of[id(binary)] = (binary, module)
         return self._ck(self._d.cuModuleGetFunction(module, kernel_name.encode()))
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
@@ -236,6 +249,7 @@ class CudaLauncher(Launcher):
         for module in self._modules:
             d.cuModuleUnload(module)
         self._modules.clear()
+        self._module_of.clear()
         d.cuStreamDestroy(self._stream)
         d.cuDevicePrimaryCtxRelease(self._dev)
 
