@@ -113,11 +113,6 @@ class CudaLauncher(Launcher):
     def synchronize(self) -> None:
         self._ck(self._d.cuCtxSynchronize())
 
-    @property
-    def stream_handle(self) -> int:
-        """The CUstream every launch, copy and GEMM goes on, as an integer (for event timing)."""
-        return int(self._stream)
-
     # -- stream-ordered work of the device runtime --------------------------------------------
     library = "cublaslt"
     supports_capture = True
