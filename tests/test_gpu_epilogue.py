@@ -208,13 +208,9 @@ def test_no_cublaslt_epilogue_for_an_unknown_activation():
                        lambda *a: None)
 
 
-@pytest.mark.gpu
-def test_real_gpu_bias_residual_relu_in_cublaslt(monkeypatch):
-    """On a GPU: two matmuls of one shape (one descriptor) with different biases, each with its
-    residual and ReLU in the cuBLASLt call, replayed from the captured graph, against numpy."""
-    real = session_module.get_target
-    monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
-        real(name), peak_flops=1.0, peak_matrix_flops=1.0))
+def _two_layers():
+    """Two matmuls of one shape (one cuBLASLt descriptor) with different biases, each followed
+    by its residual and ReLU; the model and its numpy reference."""
     rng = np.random.default_rng(4)
     w1, w2 = ((rng.standard_normal((64, 64)) * 0.2).astype(np.float32) for _ in range(2))
     c1, c2 = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
@@ -226,18 +222,43 @@ def test_real_gpu_bias_residual_relu_in_cublaslt(monkeypatch):
     inits = [numpy_helper.from_array(v, k) for k, v in {"W1": w1, "W2": w2, "C1": c1, "C2": c2}.items()]
     model = helper.make_model(helper.make_graph(nodes, "m", [vi("x"), vi("r")], [vi("z")], inits),
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+    def reference(feeds):
+        h = np.maximum(feeds["x"] @ w1 + c1 + feeds["r"], 0)
+        return np.maximum(h @ w2 + c2 + h, 0)
+    return model, reference
+
+
+def _check_two_layers(session, run):
+    assert _absorbed(session) == ["bias", "residual", "relu"] * 2 and not session.plan.kernels
+    model, reference = _two_layers()
+    for seed in (0, 1):
+        feeds = _feeds(model, seed=seed)
+        (got,), want = run(feeds), reference(feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_two_layers_of_one_shape_keep_their_own_bias(monkeypatch):
+    launcher = on_standin(monkeypatch, True)
+    session = gir.Session(_two_layers()[0], target="cuda:sm_90", limit=1)
+    g1, g2 = _gemms(session)
+    assert g1.shape_key == g2.shape_key and g1.bias != g2.bias
+    _check_two_layers(session, lambda feeds: check_one_run(session, launcher, feeds))
+
+
+@pytest.mark.gpu
+def test_real_gpu_bias_residual_relu_in_cublaslt(monkeypatch):
+    """On a GPU: the two layers above (one descriptor, the bias pointer set per call), replayed
+    from the captured graph, against numpy."""
+    real = session_module.get_target
+    monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
+        real(name), peak_flops=1.0, peak_matrix_flops=1.0))
     try:
-        session = gir.Session(model, target="cuda:sm_90", limit=1)
+        session = gir.Session(_two_layers()[0], target="cuda:sm_90", limit=1)
     except NoDeviceError as e:
         assert len(str(e).splitlines()) == 1
         pytest.skip(str(e))
-    assert _absorbed(session) == ["bias", "residual", "relu"] * 2 and not session.plan.kernels
-    for seed in (0, 1):
-        feeds = _feeds(model, seed=seed)
-        h = np.maximum(feeds["x"] @ w1 + c1 + feeds["r"], 0)
-        want = np.maximum(h @ w2 + c2 + h, 0)
-        (got,) = session.run(None, feeds)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    _check_two_layers(session, lambda feeds: session.run(None, feeds))
 
 
 @pytest.mark.gpu
