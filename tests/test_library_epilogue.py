@@ -442,11 +442,14 @@ def test_explain_lists_the_epilogue():
 
 
 def test_a_target_without_epilogues_plans_as_before():
-    """The GPU presets declare no epilogue kinds: their plans keep the activation in GIR."""
+    """The hip presets declare no epilogue kinds (hipBLAS has none), and the cuda presets none for
+    a conv (cuBLASLt's are for its matmuls): their plans keep the activation in GIR."""
     from gir.frontend import load
     from gir.fusion.plan import plan
     model, _ = _conv_model(ACT_NODES["relu"], xs=(1, 64, 32, 32), m=64)
-    target = get_target("cuda:sm_90")
+    p = plan(load(model), get_target("cuda:sm_90"))
+    assert all(not op.attrs.get("absorbed") for op in p.partition.library) and p.kernels
+    target = get_target("hip:gfx90a")
     assert supported(target)[0] == frozenset()
     p = plan(load(model), target)
     assert all(not op.attrs.get("absorbed") for op in p.partition.library) and p.kernels
@@ -466,9 +469,9 @@ def test_report_and_plan_json_carry_the_epilogue():
 
 
 def test_the_gpu_engine_refuses_an_epilogue_it_does_not_run(monkeypatch):
-    """A GPU target made to declare an epilogue (its library path runs none): the plan absorbs
-    it, and the device engine (on the recording stand-in) refuses the plan in one line instead
-    of dropping the ReLU."""
+    """A GPU target made to declare an epilogue after a conv (the GPU library path runs them
+    only after a matmul): the plan absorbs it, and the device engine (on the recording
+    stand-in) refuses the plan in one line instead of dropping the ReLU."""
     import dataclasses
 
     from gir.backends import device_engine as device

@@ -21,19 +21,31 @@ import numpy as np
 from gir.ir.dtypes import HALF_NP
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")  # what the library path takes (fp16/bf16 accumulate in fp32)
-# Library-op epilogues (gir/fusion/epilogue.py) the GPU library path runs: none yet. cuBLASLt has
-# bias, ReLU and GELU epilogues (nvmath-python's MatmulEpilogue), not wired into Gemm and the
-# recording stand-in; the GPU presets declare no `library_epilogues`, so their plans keep those
-# ops in GIR kernels, and the device engine refuses a plan that carries one.
-EPILOGUE_KINDS: frozenset = frozenset()
+# cuBLASLt's epilogues (cublasLtEpilogue_t): D = act(alpha op(A) op(B) + beta C + bias), the bias
+# one value per row of the column-major D (broadcast over its columns), added before the
+# activation. Keyed by (activation, has bias). GELU is believed to be the tanh form, not yet
+# checked on a GPU (tests/test_gpu_epilogue.py), so no target declares it.
+LT_EPILOGUE = {("", False): 1, ("relu", False): 2, ("", True): 4, ("relu", True): 6,
+               ("gelu_tanh", False): 32, ("gelu_tanh", True): 36}
+# What a cuBLASLt call runs after a library matmul (gir/fusion/epilogue.py), as the cuda presets
+# declare it (`Target.extra["library_epilogues"]`): exact only in cuBLASLt's order, bias, then a
+# residual (C with beta = 1), then one activation; bias and residual in the output's dtype.
+# Convolutions are im2col + GEMM with a rank-1 bias GEMM on this path: no epilogues for them.
+CUBLASLT_EPILOGUES = {"kinds": ("bias", "relu", "residual"), "dtypes": ("float16", "float32"),
+                      "ops": ("matmul",), "order": ("bias", "residual", "activation")}
+# The kinds each library can run (a launcher's `epilogue_kinds`): hipBLAS has no epilogues.
+LIBRARY_EPILOGUE_KINDS = {"cublaslt": frozenset({"bias", "relu", "residual", "gelu_tanh"}), "hipblas": frozenset()}
 
 
 @dataclass(frozen=True)
 class Gemm:
-    """D = alpha * op(A) @ op(B) + beta * D, column-major as cuBLAS: op(A) is m x k, op(B)
-    k x n, D m x n. A matrix stored untransposed has element (i, j) at ptr + (i + j * ld) *
-    itemsize; with `transa`, A is stored k x m and op(A) = A^T (likewise B). `batch` products,
-    each operand `stride_*` elements after the one before (0: every product reads the same)."""
+    """D = act(alpha * op(A) @ op(B) + beta * C + bias), column-major as cuBLAS(Lt): op(A) is
+    m x k, op(B) k x n, D m x n at `c`. A matrix stored untransposed has element (i, j) at
+    ptr + (i + j * ld) * itemsize; with `transa`, A is stored k x m and op(A) = A^T (likewise
+    B). `batch` products, each operand `stride_*` elements after the one before (0: every
+    product reads the same). C is at `c_in` (0: D itself) with D's layout, as cuBLASLt allows;
+    `bias` (0: none) points to m values, one per row of D, the same for every column and batch;
+    `activation` ("", "relu", "gelu_tanh") is applied last (cuBLASLt's epilogue)."""
     dtype: str
     transa: bool
     transb: bool
@@ -52,12 +64,21 @@ class Gemm:
     batch: int = 1
     alpha: float = 1.0
     beta: float = 0.0
+    c_in: int = 0
+    bias: int = 0
+    activation: str = ""
+
+    @property
+    def epilogue(self) -> int:
+        """cublasLtEpilogue_t of this call (DEFAULT = 1 without bias or activation)."""
+        return LT_EPILOGUE[(self.activation, bool(self.bias))]
 
     @property
     def shape_key(self) -> tuple:
-        """Everything but the pointers: what a library plans (descriptors, algorithm) once."""
+        """Everything but the pointers: what a library plans (descriptors, algorithm) once. The
+        epilogue kind is part of it; the bias pointer is not (set on the descriptor per call)."""
         return (self.dtype, self.transa, self.transb, self.m, self.n, self.k, self.lda, self.stride_a,
-                self.ldb, self.stride_b, self.ldc, self.stride_c, self.batch, self.alpha, self.beta)
+                self.ldb, self.stride_b, self.ldc, self.stride_c, self.batch, self.alpha, self.beta, self.epilogue)
 
     @property
     def flops(self) -> int:
@@ -80,11 +101,15 @@ def _batch_strides(shape: tuple, batch: tuple) -> list[int]:
 
 
 def row_major_matmul(dtype: str, a: int, a_shape, b: int, b_shape, c: int, itemsize: int,
-                     beta: float = 0.0, c_batch: tuple = ()) -> list[Gemm]:
+                     beta: float = 0.0, c_batch: tuple = (), c_in: int = 0, bias: int = 0,
+                     activation: str = "") -> list[Gemm]:
     """The Gemm calls computing row-major, contiguous C = A @ B with numpy's matmul rules
     (1-D operands, broadcast batch dims, also against `c_batch`, C's own batch dims); `beta`
-    = 1 adds the product to C. Batch dims whose strides compose are one strided batch; the
-    rest are separate calls (one per index)."""
+    = 1 adds the product to C, or to `c_in` (a tensor of C's shape; C is then written only).
+    Batch dims whose strides compose are one strided batch; the rest are separate calls (one
+    per index). `bias` (values along C's last axis) and `activation` become the calls'
+    epilogue: column-major D is C^T, so C's last axis is D's rows (m) as cuBLASLt's bias wants
+    (`bias_rows` says when that holds)."""
     a_shape = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
     b_shape = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
     m, k = a_shape[-2:]
@@ -113,8 +138,16 @@ def row_major_matmul(dtype: str, a: int, a_shape, b: int, b_shape, c: int, items
         # column-major C^T (n x m) = B^T (n x k, ld n) @ A^T (k x m, ld k)
         calls.append(Gemm(dtype, False, False, n, m, k, b + ob * itemsize, n, sb if count > 1 else 0,
                           a + oa * itemsize, k, sa if count > 1 else 0, c + oc * itemsize, n,
-                          sc if count > 1 else 0, count, 1.0, beta))
+                          sc if count > 1 else 0, count, 1.0, beta, c_in + oc * itemsize if c_in else 0,
+                          bias, activation))
     return calls
+
+
+def bias_rows(b_shape) -> bool:
+    """Whether a bias along the last axis of row-major A @ B lands on the rows of the Gemms'
+    column-major D (one value per row, cuBLASLt's bias): D = C^T has m = B's last dim, which
+    is C's last axis unless B is 1-D (then C's last axis is A's rows, D's columns)."""
+    return len(tuple(b_shape)) >= 2
 
 
 def _matrix(memory: np.ndarray, rows: int, cols: int, ld: int, stride: int, batch: int) -> np.ndarray:
@@ -134,6 +167,8 @@ def check_gemm(g: Gemm) -> None:
     """cuBLAS's own argument rules (CUBLAS_STATUS_INVALID_VALUE otherwise)."""
     if g.dtype not in DTYPES:
         raise ValueError(f"gemm: dtype {g.dtype} has no library kernel (takes {', '.join(DTYPES)})")
+    if (g.activation, bool(g.bias)) not in LT_EPILOGUE:
+        raise ValueError(f"gemm: no cuBLASLt epilogue {g.activation!r}{' with bias' if g.bias else ''}")
     if min(g.m, g.n, g.k, g.batch) < 1 or min(g.stride_a, g.stride_b, g.stride_c) < 0:
         raise ValueError(f"gemm: bad sizes {g}")
     rows_a, rows_b = (g.k if g.transa else g.m), (g.n if g.transb else g.k)
@@ -153,13 +188,20 @@ def reference_gemm(g: Gemm, typed_at) -> None:
     rb, cb = (g.n, g.k) if g.transb else (g.k, g.n)
     a = _matrix(typed_at(g.a, operand_extent(ra, ca, g.lda, g.stride_a, g.batch), dt), ra, ca, g.lda, g.stride_a, g.batch)
     b = _matrix(typed_at(g.b, operand_extent(rb, cb, g.ldb, g.stride_b, g.batch), dt), rb, cb, g.ldb, g.stride_b, g.batch)
-    out = typed_at(g.c, operand_extent(g.m, g.n, g.ldc, g.stride_c, g.batch), dt)
+    extent = operand_extent(g.m, g.n, g.ldc, g.stride_c, g.batch)
+    out = typed_at(g.c, extent, dt)
     a = a.transpose(0, 2, 1) if g.transa else a
     b = b.transpose(0, 2, 1) if g.transb else b
     d = g.alpha * (a.astype(acc) @ b.astype(acc))
-    c = _matrix(out, g.m, g.n, g.ldc, g.stride_c, g.batch)
+    c = _matrix(typed_at(g.c_in, extent, dt) if g.c_in else out, g.m, g.n, g.ldc, g.stride_c, g.batch)
     if g.beta:
         d = d + g.beta * c.astype(acc)
+    if g.bias:  # one value per row of D, every column and batch
+        d = d + typed_at(g.bias, g.m, dt).astype(acc)[None, :, None]
+    if g.activation == "relu":
+        d = np.maximum(d, 0)
+    elif g.activation == "gelu_tanh":
+        d = 0.5 * d * (1 + np.tanh(np.sqrt(2 / np.pi) * (d + 0.044715 * d ** 3)))
     if g.batch > 1 and g.stride_c < operand_extent(g.m, g.n, g.ldc, 0, 1):
         raise ValueError(f"gemm: output batches overlap (stride_c={g.stride_c})")
     s = out.itemsize

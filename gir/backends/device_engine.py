@@ -18,7 +18,9 @@ A convolution is im2col (a generated copy kernel: (N, C, *kernel, *out) from the
 strided, dilated windows; skipped for 1x1 stride-1 unpadded convs, whose input already is
 that matrix) and one strided-batched GEMM per image over the groups, Y[n, g] = W[g] @
 col[n, g], with the bias added as a rank-1 GEMM (bias x ones, beta = 1). The weights are used
-where they are: (M, C/g, *kernel) row-major is already (G, M/G, C/G * taps).
+where they are: (M, C/g, *kernel) row-major is already (G, M/G, C/G * taps). A matmul's
+absorbed epilogue (gir/fusion/epilogue.py) goes into its Gemms: bias pointer, a residual as C
+(beta = 1, C apart from D) and the activation, run by the library (cuBLASLt) in the call.
 
 Sessions open the launcher before planning, so without a GPU or the Python extra the error
 (NoDeviceError, or its kind LibraryUnavailable) is one line before any work; a missing
@@ -40,7 +42,7 @@ from gir.ir.dtypes import np_dtype
 from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.memory import MemoryPlan, locate, output_roots
 
-from .blas import DTYPES, EPILOGUE_KINDS, row_major_matmul
+from .blas import DTYPES, bias_rows, row_major_matmul
 from .errors import LibraryUnavailable
 from .kernels import check_resources, check_shared, emit_plan
 from .launcher_base import DeviceBuffer, Launcher
@@ -132,6 +134,27 @@ def _direct(attrs, w_shape) -> bool:
     return all(k == 1 for k in w_shape[2:]) and all(s == 1 for s in attrs["strides"]) and not any(attrs["pads"])
 
 
+def _check_epilogue(g, op: BasicOp, launcher: Launcher) -> None:
+    """A library op's epilogue must be one GEMM epilogue the launcher's library runs: a matmul's
+    bias along D's rows, then at most one residual (C), then at most one activation, each a
+    kind in `launcher.epilogue_kinds` (cuBLASLt: bias, relu, residual, gelu_tanh; hipBLAS:
+    none). Anything else is one LibraryUnavailable line, never a dropped step."""
+    kinds = [what for what, _ in op.attrs.get("absorbed", ())]
+    if not kinds:
+        return
+    steps = [k for k, *_ in op.attrs.get("epilogue", ())]
+    runs = launcher.epilogue_kinds
+    acts = [k for k in steps if k != "residual"]
+    fits = (op.kind == "matmul" and all(k in runs for k in kinds) and len(acts) <= 1
+            and steps in (acts, ["residual", *acts])
+            and (not op.attrs.get("bias") or bias_rows(g.tensors[op.inputs[1]].shape)))
+    if not fits:
+        raise LibraryUnavailable(f"{g.model_name}: {op.origin}: the plan gives this {op.kind} an epilogue "
+                                 f"({', '.join(kinds)}) that the GPU library path does not run ({launcher.library} "
+                                 f"takes {', '.join(sorted(runs)) or 'none'} after a matmul, in the order bias, "
+                                 f"residual, activation): plan the model for this target")
+
+
 def host_checked_gathers(plan) -> set[str]:
     """Gather ops whose indices are a graph input (through views): checked on the host."""
     g = plan.graph
@@ -159,11 +182,7 @@ class DeviceEngine:
             if dtype not in DTYPES or any(g.tensors[t].dtype != dtype for t in op.inputs):
                 raise LibraryUnavailable(f"{g.model_name}: {op.origin}: a {op.kind} of {dtype} has no GPU library "
                                          f"kernel here (library ops take {', '.join(DTYPES)})")
-            kinds = [what for what, _ in op.attrs.get("absorbed", ())]
-            if any(k not in EPILOGUE_KINDS for k in kinds):
-                raise LibraryUnavailable(f"{g.model_name}: {op.origin}: the plan gives this {op.kind} an epilogue "
-                                         f"({', '.join(kinds)}) that the GPU library path does not run (it takes "
-                                         f"{', '.join(sorted(EPILOGUE_KINDS)) or 'none'}): plan the model for this target")
+            _check_epilogue(g, op, launcher)
         if library:
             launcher.check_library()
         self.library_path = launcher.library if library else "none (no library ops)"
@@ -287,10 +306,15 @@ class DeviceEngine:
         dtype = g.tensors[op.outputs[0]].dtype
         size = np_dtype(dtype).itemsize
         y = self._tensor(op.outputs[0])
-        if op.kind == "matmul":
+        if op.kind == "matmul":  # the epilogue (checked by _check_epilogue) as cuBLASLt's
             a, b = op.inputs[:2]
-            return [("gemm", gemm) for gemm in row_major_matmul(dtype, self._tensor(a).ptr, g.tensors[a].shape,
-                                                                 self._tensor(b).ptr, g.tensors[b].shape, y.ptr, size)]
+            steps = op.attrs.get("epilogue", ())
+            residual = [self._tensor(op.inputs[int(i)]).ptr for k, i, _ in steps if k == "residual"]
+            act = [k for k, *_ in steps if k != "residual"]
+            return [("gemm", gemm) for gemm in row_major_matmul(
+                dtype, self._tensor(a).ptr, g.tensors[a].shape, self._tensor(b).ptr, g.tensors[b].shape, y.ptr, size,
+                beta=1.0 if residual else 0.0, c_in=residual[0] if residual else 0,
+                bias=self._tensor(op.inputs[2]).ptr if op.attrs.get("bias") else 0, activation=act[0] if act else "")]
         x_shape, w_shape, y_shape = (g.tensors[t].shape for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
         n, groups = x_shape[0], op.attrs["group"]
         m, cpg, taps, positions = w_shape[0], w_shape[1], prod(w_shape[2:]), prod(y_shape[2:])

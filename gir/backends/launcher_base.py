@@ -50,6 +50,9 @@ class Launcher:
     arch: str | None = None  # the device's compile target, e.g. "sm_90" or "gfx90a"
     library: str = "none"    # the GEMM library, for messages ("cublaslt 13.0", "hipblas")
     supports_capture: bool = False
+    # library-op epilogue kinds its GEMM library runs (blas.LIBRARY_EPILOGUE_KINDS); the device
+    # engine refuses a plan whose matmuls carry others
+    epilogue_kinds: frozenset = frozenset()
 
     def check_library(self) -> None:
         raise LibraryUnavailable(f"{type(self).__name__} has no GEMM library binding")

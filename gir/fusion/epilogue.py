@@ -3,8 +3,13 @@ library matmul or conv become part of the library call (oneDNN post-ops, the pri
 so their elementwise ops vanish from the GIR side and the library writes the final tensor.
 
 Which kinds a target's library takes is data: `Target.extra["library_epilogues"]`, a mapping
-{"kinds": frozenset of KINDS, "dtypes": tuple of dtypes} (absent: none, so a target that says
-nothing plans as before).
+{"kinds": KINDS it runs, "dtypes": output dtypes} (absent: none, so a target that says nothing
+plans as before), optionally "ops" (the library op kinds that take one; default conv and
+matmul) and "order": classes ("bias", "residual", "activation" for any activation kind) that
+the library applies in that fixed order, each once (cuBLASLt: act(AB + C + bias)). With an
+order, a chain is absorbed up to its first step that would break it (MatMul, Add(bias), Relu,
+Add(residual): bias and ReLU; the residual add stays a GIR op); without one, as oneDNN: a bias
+first only, then any steps in order.
 
 How a chain is recognised: from the library op's output `cur`, a region of elementwise ops is
 grown (the consumers of `cur`, then the consumers of the earliest tensor the region hands out)
@@ -25,8 +30,9 @@ In the plan the library op keeps its name and kind; what it absorbed is in its a
   attrs["epilogue"]: the steps after the bias, each (kind, alpha, beta) for an activation or
         ("residual", i, 0.0): add input i, a tensor of the output's shape;
   attrs["absorbed"]: (what, op names) per absorbed region, for `gir explain` and the report.
-Bias first, then the steps in order: what oneDNN computes (bias, then post-ops) and what
-`gir.runtime.library.run_library_op` computes in numpy.
+Bias first, then the steps in order: what oneDNN computes (bias, then post-ops), what
+`gir.runtime.library.run_library_op` computes in numpy, and, for the chains its "order" lets
+through, what cuBLASLt computes (act(AB + C + bias)).
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from dataclasses import replace
 import numpy as np
 
 from gir.frontend.basic import BasicGraph, BasicOp, Tensor
+from gir.ir.dtypes import np_dtype
 from gir.ir.expr import Call, Const, Expr, Input, call, postorder
 
 # Every kind the planner can absorb. A library declares the subset it runs.
@@ -47,14 +54,24 @@ FLT_MAX = float(np.finfo(np.float32).max)
 _TOL = 1e-5              # relative tolerance on the constants of a form (exporters round them)
 
 
+ORDER_CLASSES = ("bias", "residual", "activation")  # what a library's fixed "order" names
+
+
 def supported(target) -> tuple[frozenset, tuple]:
     """(kinds, dtypes) the target's library takes as epilogues."""
+    spec = _spec(target)
+    return frozenset(spec.get("kinds", ())), tuple(spec.get("dtypes", ("float32",)))
+
+
+def _spec(target) -> dict:
     spec = (getattr(target, "extra", None) or {}).get("library_epilogues") or {}
-    kinds = frozenset(spec.get("kinds", ()))
-    unknown = kinds - set(KINDS)
+    unknown = set(spec.get("kinds", ())) - set(KINDS)
     if unknown:
         raise ValueError(f"target {target.name}: unknown library epilogue kinds {sorted(unknown)} (known: {KINDS})")
-    return kinds, tuple(spec.get("dtypes", ("float32",)))
+    order = spec.get("order")
+    if order is not None and (set(order) - set(ORDER_CLASSES) or len(set(order)) != len(order)):
+        raise ValueError(f"target {target.name}: library epilogue order {order} (each of {ORDER_CLASSES} at most once)")
+    return spec
 
 
 def activation_expr(kind: str, alpha: float, beta: float) -> Expr:
@@ -356,19 +373,32 @@ def absorb_epilogues(graph: BasicGraph, library: list[BasicOp], target) -> tuple
     kinds, dtypes = supported(target)
     if not kinds or not library:
         return graph, library
+    spec = _spec(target)
+    ops, order = tuple(spec.get("ops", ("conv", "matmul"))), spec.get("order")
     graph = replace(graph, ops=list(graph.ops), tensors=dict(graph.tensors))
     out_library = []
     for op in library:
-        new = _absorb(graph, op, kinds, dtypes)
+        new = _absorb(graph, op, kinds, dtypes, order) if op.kind in ops else op
         out_library.append(new)
     return graph, out_library
 
 
-def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes) -> BasicOp:
+def _in_order(order, done: list[str], what: str) -> bool:
+    """Whether a step of class `what` may follow the classes `done` under the library's fixed
+    `order` (None: any order)."""
+    if order is None:
+        return True
+    if what not in order:
+        return False
+    return all(order.index(d) < order.index(what) for d in done)
+
+
+def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes, order=None) -> BasicOp:
     G = _Graph(graph)
     y = graph.tensors[op.outputs[0]]
     if y.dtype not in dtypes or op.kind not in ("conv", "matmul"):
         return op
+    classes: list[str] = []  # the order classes absorbed so far
     if op.kind == "matmul" and (len(graph.tensors[op.inputs[1]].shape) < 2 or len(y.shape) < 1):
         bias_ok = False
     else:
@@ -389,18 +419,23 @@ def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes) -> BasicOp:
         label = None
         if what[0] == "act":
             kind, alpha, beta = what[1]
-            if kind not in kinds:
+            if kind not in kinds or not _in_order(order, classes, "activation"):
                 break
+            classes.append("activation")
             steps.append((kind, float(alpha), float(beta)))
             label = kind
         else:
             r = graph.tensors[externals[0]]
             per = _per_channel(op, r, y)
             if per is not None and not steps and bias_ok and r.value is not None \
-                    and (op.kind == "matmul" or len(op.inputs) < 3 or bias_value is not None):
+                    and (op.kind == "matmul" or len(op.inputs) < 3 or bias_value is not None) \
+                    and _in_order(order, classes, "bias"):
                 bias_value = per if bias_value is None else bias_value + per
                 label = "bias"
-            elif tuple(r.shape) == tuple(y.shape) and r.dtype == y.dtype and "residual" in kinds:
+                classes.append("bias")
+            elif tuple(r.shape) == tuple(y.shape) and r.dtype == y.dtype and "residual" in kinds \
+                    and _in_order(order, classes, "residual"):
+                classes.append("residual")
                 inputs.append(r.name)  # its own position, also where it is the op's input too (conv(x) + x)
                 steps.append(("residual", len(inputs) - 1, 0.0))
                 label = "residual"
@@ -422,7 +457,8 @@ def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes) -> BasicOp:
         name = f"{op.name}/bias"
         while name in graph.tensors:
             name += "_"
-        graph.tensors[name] = Tensor(name, (len(bias_value),), "float32", bias_value.astype(np.float32))
+        bias_dtype = "float32" if op.kind == "conv" else y.dtype  # a matmul's bias in its output dtype (cuBLASLt's)
+        graph.tensors[name] = Tensor(name, (len(bias_value),), bias_dtype, bias_value.astype(np_dtype(bias_dtype)))
         if op.kind == "conv":
             inputs = inputs[:2] + [name] + inputs[3 if len(op.inputs) > 2 else 2:]
             if len(op.inputs) < 3:  # residual indices after the new bias input move up by one

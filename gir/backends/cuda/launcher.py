@@ -10,6 +10,9 @@ kernel launches and cuBLASLt matmuls; the whole plan is captured once as a CUDA 
 (cuStreamBeginCapture .. cuGraphInstantiate) and each run replays it. cuBLASLt: one
 descriptor set and heuristic algorithm per GEMM shape, planned before capture, a fixed
 workspace, fp32 in COMPUTE_32F (no silent TF32), fp16 accumulating in fp32, host scalars.
+A library matmul's epilogue is cuBLASLt's (blas.Gemm.epilogue: bias, ReLU, GELU; a residual
+as C with beta = 1, C and D apart): the EPILOGUE attribute is part of the descriptor's key,
+the bias pointer is set on the descriptor before each call (see `gemm`).
 Not yet run on a GPU (none was available); CI checks the calls through the recording
 stand-in, which executes them with cuBLAS's column-major conventions.
 """
@@ -19,6 +22,7 @@ import ctypes
 
 import numpy as np
 
+from ..blas import LIBRARY_EPILOGUE_KINDS
 from ..errors import LibraryUnavailable, NoDeviceError
 from ..launcher_base import DeviceBuffer, Launcher, c_arg, dims3
 from .compiler import CudaBinary
@@ -116,6 +120,7 @@ class CudaLauncher(Launcher):
     # -- stream-ordered work of the device runtime --------------------------------------------
     library = "cublaslt"
     supports_capture = True
+    epilogue_kinds = LIBRARY_EPILOGUE_KINDS["cublaslt"]
     WORKSPACE = 32 << 20
 
     def check_library(self) -> None:
@@ -136,8 +141,10 @@ class CudaLauncher(Launcher):
     @staticmethod
     def _key(g) -> tuple:
         """The shape and each pointer's alignment: cuBLASLt's heuristic assumes 256-byte
-        aligned operands unless told less, and a batch loop's offsets can be less."""
-        return g.shape_key + tuple(min(256, p & -p) if p else 256 for p in (g.a, g.b, g.c))
+        aligned operands unless told less, and a batch loop's offsets can be less. C's is the
+        lesser of C's and D's where they are apart."""
+        align = [min(256, p & -p) if p else 256 for p in (g.a, g.b, g.c, g.c_in)]
+        return g.shape_key + (align[0], align[1], min(align[2:]), align[2])
 
     def prepare_gemm(self, g) -> None:
         """Descriptors and the heuristic's first algorithm for this shape, once."""
@@ -161,6 +168,12 @@ class CudaLauncher(Launcher):
         for attr, trans in ((lt.MatmulDescAttribute.TRANSA, g.transa), (lt.MatmulDescAttribute.TRANSB, g.transb)):
             put(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, attr,
                 int(cublas.Operation.T if trans else cublas.Operation.N))
+        if g.epilogue != 1:  # bias in D's type (BIAS_DATA_TYPE's default), added before the activation
+            put(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc,
+                lt.MatmulDescAttribute.EPILOGUE, g.epilogue)
+        if g.bias:
+            put(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc,
+                lt.MatmulDescAttribute.BIAS_POINTER, g.bias)
         layouts = []
         for rows, cols, ld, stride in (((g.k, g.m) if g.transa else (g.m, g.k)) + (g.lda, g.stride_a),
                                        ((g.n, g.k) if g.transb else (g.k, g.n)) + (g.ldb, g.stride_b),
@@ -176,7 +189,7 @@ class CudaLauncher(Launcher):
             lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, self.WORKSPACE)
         P = lt.MatmulPreferenceAttribute
         for attr, alignment in zip((P.MIN_ALIGNMENT_A_BYTES, P.MIN_ALIGNMENT_B_BYTES, P.MIN_ALIGNMENT_C_BYTES,
-                                    P.MIN_ALIGNMENT_D_BYTES), key[-3:] + key[-1:]):
+                                    P.MIN_ALIGNMENT_D_BYTES), key[-4:]):
             put(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref, attr, alignment)
         results, found = np.zeros(1, lt.matmul_heuristic_result_dtype), np.zeros(1, np.int32)
         a, b, c = layouts
@@ -188,10 +201,17 @@ class CudaLauncher(Launcher):
         self._plans[key] = (desc, a, b, c, algo, np.array([g.alpha, g.beta], scale))
 
     def gemm(self, g) -> None:
+        """Enqueue `g`. Calls of one shape share a descriptor, so a bias pointer is written into
+        it right before each call: cublasLtMatmul reads the descriptor when it enqueues (a
+        captured graph keeps each call's pointer), and a key per bias pointer would plan the
+        heuristic again for every layer of a model whose layers share shapes."""
         self.prepare_gemm(g)
         lt, handle, workspace = self._lt
         desc, a, b, c, algo, scale = self._plans[self._key(g)]
-        lt.matmul(handle, desc, scale[0:].ctypes.data, g.a, a, g.b, b, scale[1:].ctypes.data, g.c, c, g.c, c,
+        if g.bias:
+            ptr = np.asarray(g.bias, dtype=lt.get_matmul_desc_attribute_dtype(lt.MatmulDescAttribute.BIAS_POINTER))
+            lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.BIAS_POINTER, ptr.ctypes.data, ptr.nbytes)
+        lt.matmul(handle, desc, scale[0:].ctypes.data, g.a, a, g.b, b, scale[1:].ctypes.data, g.c_in or g.c, c, g.c, c,
                   algo.ctypes.data, workspace.ptr, self.WORKSPACE, int(self._stream))
 
     def host_array(self, nbytes: int) -> np.ndarray:

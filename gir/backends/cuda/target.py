@@ -14,8 +14,15 @@ loads_in_flight_per_lane (8) and the barrier cost (40 ns) are modelling assumpti
 typically batches before the first use, and a __syncthreads of a few dozen clocks. Registers:
 255 per thread, the ceiling a kernel may use without forcing spills; shared memory: the
 largest per-block allocation.
+
+Library epilogues: a bias, a residual and a ReLU after a library matmul run in its cuBLASLt
+call (blas.CUBLASLT_EPILOGUES: what cuBLASLt applies, in its order).
 """
+from dataclasses import replace
+
 from gir.ir.target import GPU_LAUNCH_S, Timing, gpu_target
+
+from ..blas import CUBLASLT_EPILOGUES
 
 H100_TIMING = Timing(clock_hz=1.98e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
                      copy_efficiency=0.92, cache_bandwidth=5.5e12, max_blocks_per_processor=32,
@@ -26,8 +33,9 @@ A100_TIMING = Timing(clock_hz=1.41e9, issue_per_clock=4, alu_latency_cycles=4, d
                      loads_in_flight_per_lane=8, barrier_s=40e-9,
                      source="A100-SXM4-40GB: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
 
-A100 = gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
+A100 = replace(gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
                   1.555e12, 19.5e12, 19.5e12, 312e12, "A100-SXM4-40GB; 48 KiB static shared, 163 KiB opt-in",
-                  A100_TIMING, GPU_LAUNCH_S)
-H100 = gpu_target("H100", "cuda", "sm_90", "warp", 32, 32, 132, 255, 227 * 1024,
-                  3.35e12, 31e12, 67e12, 989e12, "H100-SXM5-80GB", H100_TIMING, GPU_LAUNCH_S)
+                  A100_TIMING, GPU_LAUNCH_S), extra={"library_epilogues": CUBLASLT_EPILOGUES})
+H100 = replace(gpu_target("H100", "cuda", "sm_90", "warp", 32, 32, 132, 255, 227 * 1024,
+                  3.35e12, 31e12, 67e12, 989e12, "H100-SXM5-80GB", H100_TIMING, GPU_LAUNCH_S),
+                extra={"library_epilogues": CUBLASLT_EPILOGUES})

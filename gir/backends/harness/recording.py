@@ -11,7 +11,9 @@ every call recorded, so CI checks what the device runtime would do on a GPU (tes
   1024-thread blocks would exhaust them). Guard bytes around each allocation catch writes
   past it.
 - GEMMs run through blas.reference_gemm: numpy over the same column-major, leading-dimension
-  and batch-stride conventions as cuBLAS, so argument-order and layout mistakes fail.
+  and batch-stride conventions as cuBLAS, so argument-order and layout mistakes fail; with
+  cuBLASLt's epilogue (bias per row of D, C read apart from D, then ReLU/GELU), whose kinds the
+  stand-in offers as the library of its dialect does (`epilogue_kinds`: hipBLAS none).
 - Capture: between begin_capture and end_capture, launches and GEMMs are recorded into a
   graph and not executed (as CUDA stream capture); copies and syncs there are errors.
   replay(graph) executes it.
@@ -28,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..blas import check_gemm, reference_gemm
+from ..blas import LIBRARY_EPILOGUE_KINDS, check_gemm, reference_gemm
 from ..launcher_base import DeviceBuffer, Launcher
 from ..native_cache import cached_library
 from . import runner
@@ -80,6 +82,7 @@ class RecordingLauncher(Launcher):
 
     def __init__(self, dialect: str = "cuda", execute: bool = True, capture: bool = True):
         self.dialect, self.execute, self.supports_capture = dialect, execute, capture
+        self.epilogue_kinds = LIBRARY_EPILOGUE_KINDS["cublaslt" if dialect == "cuda" else "hipblas"]
         self.allocations: dict[int, np.ndarray] = {}
         self._raw: dict[int, tuple[np.ndarray, int]] = {}
         self.events: list[tuple] = []
