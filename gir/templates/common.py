@@ -221,6 +221,16 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
         rows = min(dims[-2], span // last)
         if rows > 1:
             out += [("rows", rows, last, u, 0) for u in upbs]
+    # A lane per short row, a row per lane of a warp (wavefront): the tiling of a reduction with
+    # one output per lane (`lane` structure) over a short reduced group, such as a lowered 1x1
+    # conv's input channels, so the product fuses with it instead of a unit per output leaving
+    # lanes idle (EfficientNet-B0's 16 -> 96 expansion conv: 133 us on an H100 as a unit per
+    # output, results/bench_gpu.md). GPU units only (32 or 64 lanes): not measured on the
+    # CPU's 8-lane units.
+    if lanes >= 32 and last <= row_elements_per_lane(target):
+        for ept in (1, 2, 4):
+            if dims[-2] >= lanes * ept and ept * last <= row_elements_per_lane(target):
+                out += [("rows", lanes * ept, last, u, 0) for u in upbs]
     # A block of units covering all rows of the second-last dimension between them: the tiling
     # of a reduction with several outputs per unit and one block per output row.
     for u in wide:
