@@ -153,8 +153,14 @@ def kernel_times(gpu: Gpu, session, feeds: dict) -> list[dict]:
         step = session.plan.steps[i]
         seconds = time_rotated(gpu, engine.launcher, launches)
         rows.append({"kernel": step.name, "launches": len(launches), "bytes": step.estimate.dram_bytes,
-                     "seconds": seconds, "bytes_per_s": step.estimate.dram_bytes / seconds})
+                     "seconds": seconds, "bytes_per_s": step.estimate.dram_bytes / seconds,
+                     "shapes": [[_count(grid), _count(block)] for _, grid, block, _, _ in launches]})
     return rows
+
+
+def _count(dims) -> int:
+    """Blocks or threads of a launch dimension given as an int or a tuple."""
+    return math.prod(dims) if isinstance(dims, (tuple, list)) else int(dims)
 
 
 def time_rotated(gpu: Gpu, launcher, launches: list) -> float:

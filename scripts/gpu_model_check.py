@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 import models
+from gir.backends.kernels import split_kernels
 from gir.frontend import load
 from gir.fusion.plan import plan
 from gir.ir import get_target
@@ -34,10 +35,12 @@ WORST = 12
 
 
 def modelled_steps(name: str, target: str, limit: int) -> dict:
-    """Step name -> (modelled seconds, bound, modelled DRAM bytes) of the plan's fused kernels."""
+    """Step name -> (modelled seconds, bound, modelled DRAM bytes, launch shapes) of the plan's
+    fused kernels."""
     graph = load(models.build(name))
     p = plan(graph, get_target(target), limit=limit)
-    return {s.name: (s.estimate.seconds, s.estimate.bound, s.estimate.dram_bytes)
+    return {s.name: (s.estimate.seconds, s.estimate.bound, s.estimate.dram_bytes,
+                     [[k.num_blocks, k.block_threads] for k in split_kernels(s.graph)])
             for s in p.steps if getattr(s, "estimate", None) is not None}
 
 
@@ -54,7 +57,10 @@ def compare(measured: dict) -> dict:
             if k["kernel"] not in steps:
                 rows.append({"model": m["model"], "kernel": k["kernel"], "unmatched": True})
                 continue
-            seconds, bound, dram = steps[k["kernel"]]
+            seconds, bound, dram, shapes = steps[k["kernel"]]
+            if "shapes" in k and k["shapes"] != shapes:  # the model now plans another structure
+                rows.append({"model": m["model"], "kernel": k["kernel"], "unmatched": True, "restructured": True})
+                continue
             rows.append({"model": m["model"], "kernel": k["kernel"], "measured_s": k["seconds"],
                          "modelled_s": seconds, "bound": bound, "bytes": dram})
     return {"device": measured["gpu"]["device"], "copy_bytes_per_s": measured["gpu"]["copy_bytes_per_s"],
@@ -89,7 +95,9 @@ def report(result: dict, command: str) -> str:
         f"(device-to-device copy {result['copy_bytes_per_s'] / 1e9:.0f} GB/s there); modelled: "
         f"gir/fusion/perf.py's `estimate` of the same kernel on {result['options']['target']} "
         f"(limit {result['options']['limit']}), re-planned here. {unmatched} measured kernels had no "
-        "step of the same name in the re-planned model.\n",
+        "step of the same name and launch shapes in the re-planned model (left out); where the "
+        "measured JSON has no launch shapes (bench_gpu.py before they were stored), a kernel the model "
+        "would now give another structure is compared with the structure that was measured.\n",
         markdown_table(("models", "kernels", "Kendall tau-b", "Spearman", "median measured/modelled",
                         "10%..90% measured/modelled", "modelled ms", "measured ms"), table),
         f"The {WORST} kernels the model is furthest from (either way):\n",

@@ -28,11 +28,19 @@ from gir.frontend import load  # noqa: E402
 from gir.ir import get_target  # noqa: E402
 
 
+def stored_target(result: dict):
+    """The target the run ranked on: the local CPU, or the GPU preset it names (`--target
+    cuda:sm_90` runs store the preset's name, H100)."""
+    name = (result.get("target") or {}).get("name", "CPU")
+    return get_target("cpu" if name == "CPU" else name.lower())
+
+
 def rescore(result: dict) -> dict:
     """The stored rows with `model` recomputed; rows whose candidate the generator no longer
-    draws are dropped (counted in `missing`)."""
+    draws are dropped (counted in `missing`). GPU runs (results/perf_model_rank_gpu_*.json)
+    re-score on their GPU preset."""
     kind, shape = result["subgraph"], tuple(result["shape"])
-    target = get_target("cpu")
+    target = stored_target(result)
     graph = load(rank.subgraph_model(kind, shape))
     space = rank.Space(graph, target) if kind in rank.CHAINS else rank.plan_space(graph, target)
     by_desc = {" | ".join(space.describe(o) for o in seq): seq
@@ -45,6 +53,8 @@ def rescore(result: dict) -> dict:
             continue
         rows.append(row | {"model": rank.model_estimate(space, seq)})
         for o, stored in zip(seq, row.get("options", [])):
+            if "median_s" not in stored:  # GPU runs time whole candidates only
+                continue
             entry = options[space.describe(o)]
             entry["measured"].append(stored["median_s"])
             if entry["model"] is None:

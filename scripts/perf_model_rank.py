@@ -80,7 +80,7 @@ SMALL = {"softmax": (1, 2, 8, 32), "layernorm": (1, 8, 64), "gelu": (1, 8, 64), 
          "gemv": (1, 1, 64, 256), "attention": (1, 2, 16, 8)}  # --small: shapes the CPU stand-in runs in seconds
 CHAINS = ("softmax", "layernorm", "gelu")  # chains of elementwise and reduce ops: the split space
 ROTATE_BYTES = 32 << 20  # input/output sets cycled through per timed call: well above L2 (2 MiB a core here)
-PARTS = ("dram", "latency", "shared", "compute", "barrier", "launch")
+PARTS = ("dram", "latency", "shared", "compute", "dispatch", "barrier", "launch")
 
 
 def subgraph_model(kind: str, shape: tuple[int, ...]):

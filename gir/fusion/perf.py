@@ -151,7 +151,10 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
         # a CPU thread's register arrays beyond L1: every access to them goes to the cache
         spilled = sum(level_bytes(graph, REGISTER).values())
         shared_s += spilled / (tm.cache_bandwidth * min(concurrent_units, processors))
-    parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s}
+    # the block scheduler starts blocks at a bounded rate per processor: a grid of many tiny
+    # blocks is bound by it however little each block does
+    dispatch_s = ceil(prim.num_blocks / processors) * tm.block_dispatch_s
+    parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s, "dispatch": dispatch_s}
     core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
     bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)

@@ -66,6 +66,8 @@ class Timing:
                                      # default (gir/fusion/perf.py UNIT_SETUP)
     op_cost: tuple = ()              # (op, unit-instructions per element) pairs that replace the model's
                                      # nominal table (gir/fusion/perf.py OP_COST) where measured
+    block_dispatch_s: float = 0.0    # GPU: a processor starts at most one block per this (the block
+                                     # scheduler's rate); 0: not modelled
     source: str = ""
 
 

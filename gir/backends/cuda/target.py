@@ -10,6 +10,11 @@ table. Latencies and achievable bandwidths are public microbenchmark figures, ro
   copy efficiency: device-to-device copy / STREAM figures of 3.0-3.1 TB/s on H100 SXM5,
     1.35-1.4 TB/s on A100-40GB (BabelStream results published by the vendor and HPC centres).
   L2 bandwidth: about 5.5 TB/s measured on H100 (Chips and Cheese, same article), ~4.8 TB/s A100.
+Block dispatch: 80 ns per block per SM, measured on an H100 80GB HBM3 here (2026-11-25,
+  results/perf_model_rank_gpu_gelu.md): the same elementwise kernel with one element per
+  warp in 1-, 2- and 4-warp blocks took 239, 121 and 62 us for 393,216 / 196,608 / 98,304
+  blocks, about 80 ns per block per SM each time, whatever the block did; the A100 is assumed
+  alike (not measured).
 loads_in_flight_per_lane (8) and the barrier cost (40 ns) are modelling assumptions: what ptxas
 typically batches before the first use, and a __syncthreads of a few dozen clocks. Registers:
 255 per thread, the ceiling a kernel may use without forcing spills; shared memory: the
@@ -26,11 +31,11 @@ from ..blas import CUBLASLT_EPILOGUES
 
 H100_TIMING = Timing(clock_hz=1.98e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
                      copy_efficiency=0.92, cache_bandwidth=5.5e12, max_blocks_per_processor=32,
-                     loads_in_flight_per_lane=8, barrier_s=40e-9,
+                     loads_in_flight_per_lane=8, barrier_s=40e-9, block_dispatch_s=80e-9,
                      source="H100 SXM5: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
 A100_TIMING = Timing(clock_hz=1.41e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
                      copy_efficiency=0.89, cache_bandwidth=4.8e12, max_blocks_per_processor=32,
-                     loads_in_flight_per_lane=8, barrier_s=40e-9,
+                     loads_in_flight_per_lane=8, barrier_s=40e-9, block_dispatch_s=80e-9,
                      source="A100-SXM4-40GB: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
 
 A100 = replace(gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
