@@ -46,7 +46,7 @@ def measure(name: str, dtype: str, tiny: bool, target_name: str, limit: int) -> 
                 if vector_width(op, bufs) * itemsize(bufs[op.dst.buffer].dtype) >= 16:
                     wide += n
     library = [s for s in p.steps if isinstance(s, BasicOp)]
-    t = graph.tensors
+    t = p.graph.tensors  # the plan's graph: an absorbed bias is a new constant there
     library_bytes = sum(t[x].size * itemsize(t[x].dtype) for s in library for x in [*s.inputs, *s.outputs])
     return {"model": name, "dtype": dtype, "library_ops": len(library),
             "library_kinds": sorted({s.kind for s in library}), "kernels": len(p.kernels),
