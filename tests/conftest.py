@@ -1,7 +1,22 @@
+import importlib.util
 import os
 import sys
+from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+PERF_MODEL_RANK = Path(__file__).resolve().parent.parent / "scripts" / "perf_model_rank.py"
+
+
+@pytest.fixture(scope="module")
+def rank():
+    """scripts/perf_model_rank.py as a module (scripts/ is no package), for its tests."""
+    spec = importlib.util.spec_from_file_location("perf_model_rank", PERF_MODEL_RANK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_addoption(parser):

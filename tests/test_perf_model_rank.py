@@ -1,23 +1,9 @@
 """scripts/perf_model_rank.py on a small LayerNorm: every candidate it times computes the right
 numbers, and the rank statistics are numbers. No threshold on tau and no timing assertion: on a
 shared 2-core machine the measured order is noise-prone (the script reports its noise floor)."""
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "perf_model_rank.py"
-
-
-@pytest.fixture(scope="module")
-def rank():
-    spec = importlib.util.spec_from_file_location("perf_model_rank", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_tau_b_counts_ties_as_neither(rank):

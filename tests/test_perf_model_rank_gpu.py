@@ -3,23 +3,8 @@ emission of every candidate into one source, launch arguments, rotation sets in 
 the check against onnxruntime) on the CPU stand-in, which runs the CUDA source through the C
 harness. So a rare GPU session only has to time. No timing assertion: dry-run times are host
 times of the stand-in, and the report says so."""
-import importlib.util
 import json
 import sys
-from pathlib import Path
-
-import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "perf_model_rank.py"
-
-
-@pytest.fixture(scope="module")
-def rank():
-    spec = importlib.util.spec_from_file_location("perf_model_rank", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_dry_run_checks_every_candidate_and_writes_results(rank, tmp_path, monkeypatch, capsys):

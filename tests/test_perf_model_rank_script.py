@@ -3,23 +3,9 @@ reduce ops (a depthwise conv + SiLU and a GEMV + bias, lowered by the frontend i
 ops folded into a product and a reduction), at small shapes: the candidates are GIR's own
 kernels, every one computes onnxruntime's numbers, and the rank statistics are numbers. No
 threshold on tau and no timing assertion (a shared machine's measured order is noise-prone)."""
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "perf_model_rank.py"
-
-
-@pytest.fixture(scope="module")
-def rank():
-    spec = importlib.util.spec_from_file_location("perf_model_rank", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("kind, shape, folded", [
