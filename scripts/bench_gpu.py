@@ -154,6 +154,7 @@ def kernel_times(gpu: Gpu, session, feeds: dict) -> list[dict]:
         seconds = time_rotated(gpu, engine.launcher, launches)
         rows.append({"kernel": step.name, "launches": len(launches), "bytes": step.estimate.dram_bytes,
                      "seconds": seconds, "bytes_per_s": step.estimate.dram_bytes / seconds,
+                     "modelled_s": step.estimate.seconds,  # the time model as the session planned
                      "shapes": [[_count(grid), _count(block)] for _, grid, block, _, _ in launches]})
     return rows
 

@@ -671,7 +671,7 @@ class DeviceSets:
         for o, ks in fns.items():
             for _, k in ks:
                 for b in k.params:
-                    key = b.name if b.name in graph.tensors else (o, b.name)
+                    key = buffer_key(graph, o, b)
                     t = graph.tensors.get(b.name)
                     keys[key] = (t.size if t is not None else b.size, np_dtype(b.dtype))
         inputs, consts = set(graph.inputs), {n for n, t in graph.tensors.items() if t.value is not None}
@@ -704,7 +704,7 @@ class DeviceSets:
         memory (the CUDA emitter declares its shared arrays statically)."""
         arrays = self.sets[s]
         return [(fn, k.num_blocks, k.block_threads, 0,
-                 [arrays[b.name if b.name in self.graph.tensors else (o, b.name)] for b in k.params])
+                 [arrays[buffer_key(self.graph, o, b)] for b in k.params])
                 for o in seq for fn, k in fns[o]]
 
     def check(self, seq, fns, reference: dict, rtol=1e-4, atol=1e-4) -> str | None:
@@ -800,11 +800,6 @@ def run_gpu(kind: str, rig: GpuRig, shape=None, count: int = 24, seed: int = 0, 
         start = time.perf_counter()
         times = measure_gpu(rig, bound, rounds, per_round, seed)
         measure_s = time.perf_counter() - start
-        touched = {}
-        for row in rows:
-            touched[id(row)] = sum(sets.keys[key][0] * sets.keys[key][1].itemsize
-                                   for key in {(b.name if b.name in graph.tensors else (o, b.name))
-                                               for o in row["seq"] for _, k in fns[o] for b in k.params})
     finally:
         sets.close()
     for row, t in zip(rows, times):
@@ -812,7 +807,7 @@ def run_gpu(kind: str, rig: GpuRig, shape=None, count: int = 24, seed: int = 0, 
         row["options"] = [{"option": space.describe(o), "key": [o.start, o.stop, o.family, o.rewritten],
                            "model_s": option_estimate(space, o).seconds} for o in seq]
         row["registers"] = [getattr(binary.resources.get(k.name), "registers", None) for o in seq for _, k in fns[o]]
-        row["touched_bytes"] = touched[id(row)]
+        row["touched_bytes"] = touched_bytes(graph, seq, fns)
         row["measured"] = {"median_s": float(np.median(t)), "min_s": float(t.min()), "p25_s": float(np.percentile(t, 25)),
                            "p75_s": float(np.percentile(t, 75)), "calls": len(t) * per_round, "rounds": len(t)}
     return finish(kind, shape, space, graph, chosen, rows, skipped, times, rounds, seed) | {
@@ -835,15 +830,22 @@ def copy_bandwidth() -> float:
     return 2 * a.nbytes / best
 
 
+def buffer_key(graph, option, buf):
+    """A kernel argument's buffer: the graph tensor of that name, else the option's own local."""
+    return buf.name if buf.name in graph.tensors else (option, buf.name)
+
+
+def touched_bytes(graph, seq, fns) -> int:
+    """Bytes a candidate's calls touch: its kernels' arguments (inputs, weights, outputs, the
+    intermediates it writes, kernel-local buffers), each buffer once."""
+    bufs = {buffer_key(graph, o, b): b.size * np_dtype(b.dtype).itemsize for o in seq for _, k in fns[o] for b in k.params}
+    return sum(bufs.values())
+
+
 def _sets(graph, seqs, fns, rotate_bytes: int = ROTATE_BYTES, most: int = 64) -> int:
-    """How many rotation sets make every candidate cycle through more than `rotate_bytes`: the
-    bytes a candidate's calls touch (its kernels' arguments: inputs, weights, outputs, the
-    intermediates it writes, kernel-local buffers) counted for the candidate touching fewest."""
-    def touched(seq) -> int:
-        bufs = {(b.name if b.name in graph.tensors else (o, b.name)): b.size * np_dtype(b.dtype).itemsize
-                for o in seq for _, k in fns[o] for b in k.params}
-        return sum(bufs.values())
-    per_set = min((touched(seq) for seq in seqs if all(o in fns for o in seq)), default=rotate_bytes)
+    """How many rotation sets make every candidate cycle through more than `rotate_bytes`, by
+    the bytes of the candidate touching fewest (`touched_bytes`)."""
+    per_set = min((touched_bytes(graph, seq, fns) for seq in seqs if all(o in fns for o in seq)), default=rotate_bytes)
     return int(min(most, max(2, -(-rotate_bytes // max(per_set, 1)))))
 
 
