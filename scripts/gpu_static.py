@@ -10,6 +10,12 @@ two blocks per SM/CU, with the bytes that cannot go wide named by reason. Also t
 figure for a plain 64 MB device-to-device copy (issue 24's sanity check: 85-95% of peak).
 
     PYTHONPATH=. python scripts/gpu_static.py --targets cuda:sm_90 hip:gfx90a --out results/gpu_static [--ptx bert gpt2]
+    PYTHONPATH=. python scripts/gpu_static.py --kernels efficientnet_b0:/features/2/0/block/0/0/Conv/mul
+
+`--kernels MODEL:PREFIX ...` prints, for the first planned kernel whose name starts with PREFIX
+(CUDA targets), what it asks of the GPU next to what it moves: launch shape, the widths of its
+DRAM accesses, registers from ptxas, occupancy and bytes in flight as the model derives them
+from those registers, modelled time and DRAM bytes.
 
 Every number is modelled or static: nothing here ran on a GPU.
 """
@@ -121,6 +127,31 @@ def ptx_counts(name: str, target_name: str, out: Path) -> dict:
             "stores": len(stores), "v4_stores": sum(".v4" in x for x in stores)}
 
 
+def kernel_facts(spec: str, target_name: str, limit: int) -> str:
+    """One line of static facts of the kernel `MODEL:PREFIX` names (see the module docstring)."""
+    from gir.backends.cuda.compiler import compile_cuda
+    from gir.backends.cuda.emitter import CudaEmitter
+    from gir.backends.kernels import split_kernels
+    from gir.fusion.perf import estimate
+    name, prefix = spec.split(":", 1)
+    target = get_target(target_name)
+    p = plan(load(models.build(name)), target, limit=limit)
+    step = next((s for s in p.steps if getattr(s, "estimate", None) and s.name.startswith(prefix)), None)
+    if step is None:
+        raise SystemExit(f"gpu_static.py: {name} has no planned kernel named {prefix}...")
+    g, emitter = step.graph, CudaEmitter(target)
+    kernels = split_kernels(g)
+    binary = compile_cuda(emitter.prelude() + "\n".join(emitter.kernel_source(k) for k in kernels), target.arch)
+    registers = [getattr(binary.resources.get(k.name), "registers", None) for k in kernels]
+    widths = sorted({vector_width(op, g.buffers) for _, op in g.ops()
+                     if isinstance(op, Move) and DRAM in (g.buffers[op.src.buffer].level, g.buffers[op.dst.buffer].level)})
+    e = estimate(g, registers_per_lane=max((r for r in registers if r), default=None))
+    return (f"{name} {step.name[:60]}: launches (blocks, threads) {[(k.num_blocks, k.block_threads) for k in kernels]}, "
+            f"DRAM access widths (elements per lane) {widths}, registers {registers}, occupancy {e.occupancy:.0%}, "
+            f"bytes in flight {e.bytes_in_flight / 1e6:.2f} MB, modelled {e.seconds * 1e6:.1f} us for "
+            f"{e.dram_bytes / 1e6:.2f} MB of DRAM")
+
+
 def _model_file(name: str, out: Path) -> str:
     import onnx
     path = out / f"{name}.onnx"
@@ -134,8 +165,13 @@ def main():
     ap.add_argument("--limit", type=int, default=2)
     ap.add_argument("--out", help="write OUT.md and OUT.json")
     ap.add_argument("--ptx", nargs="*", default=[], help="models to compile for the first target and count PTX accesses of")
+    ap.add_argument("--kernels", nargs="+", metavar="MODEL:PREFIX", help="only these kernels' static facts (first target)")
     ap.add_argument("models", nargs="*", default=sorted(set(models.MODELS) - {"gpt2_b128"}))
     args = ap.parse_args()
+    if args.kernels:
+        for spec in args.kernels:
+            print(kernel_facts(spec, args.targets[0], args.limit), flush=True)
+        return
     rows, copies = [], {}
     for t in args.targets:
         copies[t] = copy_share(get_target(t))
