@@ -59,6 +59,12 @@ WINDOWS = [
     ("MaxPool", (1, 6, 17, 33), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 4, 20, 48), (3, 3), dict(pads=[1, 1, 1, 1])),
     ("AveragePool", (1, 6, 16, 24), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
+    # rows shorter than MIN_SPLIT_ROW over contiguous planes: one SIMD loop over the plane
+    ("Conv", (1, 16, 7, 7), (3, 3), dict(group=16, pads=[1, 1, 1, 1])),
+    ("Conv", (1, 8, 14, 14), (5, 5), dict(group=8, pads=[2, 2, 2, 2])),
+    ("Conv", (1, 8, 9, 6), (3, 3), dict(group=8, pads=[0, 1, 2, 1])),
+    ("MaxPool", (1, 6, 7, 9), (3, 3), dict(pads=[1, 1, 1, 1])),
+    ("AveragePool", (1, 5, 11, 5), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
 ]
 
 
@@ -101,6 +107,28 @@ def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
     assert re.search(r"const long o\d+ = ", source)
     assert re.search(r"const int m\d+ = \(.*\) \? 21 : 0;", source)
     assert " && " not in source.split("#pragma omp simd", 1)[1]
+
+
+def test_short_rows_of_a_contiguous_plane_run_as_one_simd_loop(tmp_path):
+    """A 7x7 depthwise conv: the row is shorter than a vector, so the SIMD loop runs over the
+    whole plane (q), each lane's row and column computed from q for the masks, and every
+    address one step per q (a contiguous vector access, no gather)."""
+    source = _compiled_source(window_model("Conv", (1, 16, 7, 7), (3, 3), group=16, pads=[1, 1, 1, 1]), tmp_path)
+    assert re.search(r"for \(int r = 0; r < 16; \+\+r\)", source), source[-3000:]
+    assert re.search(r"#pragma omp simd\s*for \(int q = lo; q < hi; \+\+q\) \{\s*"
+                     r"const int b(\d) = q / 7, b(\d) = q % 7;", source)
+    assert "const int lo = 0, hi = 49;" in source
+    loads = re.findall(r"g_x\[([^\]]*)\]", source)
+    assert loads and all(re.fullmatch(r"o\d+ \+ q( \+ \d+)?", a) for a in loads), loads
+    assert re.search(r"g_y\[o\d+ \+ q\] = ", source)
+
+
+def test_a_strided_short_row_is_not_merged(tmp_path):
+    """Stride 2 along the row: consecutive units are not consecutive elements, so the plane
+    is not one contiguous run and the row form stays."""
+    source = _compiled_source(window_model("Conv", (1, 8, 14, 14), (3, 3), group=8, pads=[1, 1, 1, 1],
+                                           strides=[2, 2]), tmp_path)
+    assert "for (int q = " not in source and "#pragma omp simd" in source
 
 
 def test_strided_rows_run_the_interior_unmasked_and_the_borders_scalar(tmp_path):

@@ -26,9 +26,9 @@ from math import prod
 import numpy as np
 
 from gir.ir import DRAM, REGISTER
-from gir.ir.across_units import splits_rows
+from gir.ir.across_units import merges_rows, splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
-from gir.ir.affine import Affine
+from gir.ir.affine import Affine, var
 from gir.ir.gops import Reduce
 
 from ..cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
@@ -61,6 +61,7 @@ class AcrossUnits:
     """Mixin for the CPU dialect (before LoopedLanes in the bases): active for one kernel
     while `self.across` is set by `kernel_source`."""
     across = False
+    merged = False  # the SIMD loop runs over the last two grid axes as one (merges_rows)
     allow_across = True  # False: every kernel in the per-unit form (calibration times that form)
 
     @property
@@ -74,8 +75,11 @@ class AcrossUnits:
         self.offsets: dict[tuple, str] = {}
         self.row_conditions: dict[str, str] = {}
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
-        n = k.prim.grid[-1]
-        self.padded_row = 0 if self._split(k) or n % ROW_MULTIPLE == 0 or n < ROW_MULTIPLE else \
+        self.merged = merges_rows([op for _, op in k.ops], k.prim, k.buffers)
+        n = self._row_length(k)
+        # a merged row is not padded: its remainder is one in 12 (14x14) or 4 (7x7) vectors, and
+        # padded to 16 lanes a 7x7 plane's 3x3 conv ran 1.5x slower
+        self.padded_row = 0 if self.merged or self._split(k) or n % ROW_MULTIPLE == 0 or n < ROW_MULTIPLE else \
             -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
         try:
             body = self.kernel_body(k)
@@ -87,7 +91,18 @@ class AcrossUnits:
     # -- the loop nest --------------------------------------------------------------------
     @property
     def _last(self) -> str:
-        return f"b{len(self.k.prim.grid) - 1}"
+        """The SIMD loop's index: the last grid axis, or `q` over the last two merged."""
+        return "q" if self.merged else f"b{len(self.k.prim.grid) - 1}"
+
+    @property
+    def _along(self) -> set[str]:
+        """The grid axes the SIMD loop runs over."""
+        d = len(self.k.prim.grid)
+        return {f"b{d - 2}", f"b{d - 1}"} if self.merged else {f"b{d - 1}"}
+
+    def _row_length(self, k: Kernel) -> int:
+        grid = k.prim.grid
+        return grid[-1] * grid[-2] if self.merged else grid[-1]
 
     def across_frame(self, k: Kernel, head: list[str], body: list[str]) -> list[str]:
         """Outer grid axes as the OpenMP loop (`r`), their coordinates, the hoisted offsets and
@@ -99,14 +114,17 @@ class AcrossUnits:
         masked and scalar (an empty asm with a memory clobber keeps gcc from vectorising
         them); a row where a row condition fails is all border."""
         grid, b = k.prim.grid, self._last
-        n = grid[-1]
+        n, outer = self._row_length(k), grid[:-2] if self.merged else grid[:-1]
         coords = []
-        for i, size in enumerate(grid[:-1]):
-            inner = prod(grid[i + 1:-1])
+        for i, size in enumerate(outer):
+            inner = prod(outer[i + 1:])
             expr = "r" if inner == 1 else f"r / {inner}"
             coords.append(f"const int b{i} = {0 if size == 1 else expr if i == 0 else f'({expr}) % {size}'};")
         nest = coords + [f"const long {name} = {text};" for text, name in self.offsets.values()]
         nest += [f"const int {name} = ({text}) ? {n} : 0;" for text, name in self.row_conditions.items()]
+        if self.merged:  # the two axes' coordinates per lane, for the masks (addresses use q)
+            d = len(grid)
+            body = [f"const int b{d - 2} = q / {grid[-1]}, b{d - 1} = q % {grid[-1]};", *body]
         simd = ["#pragma omp simd", *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
         if not self._split(k):
             nest += [f"const int lo = 0, hi = {self.padded_row or n};", "#define GIR_EDGE(c) (c)", *simd, "#undef GIR_EDGE"]
@@ -121,7 +139,7 @@ class AcrossUnits:
                      *block(f"for (int {b} = hi; {b} < {n}; ++{b}) {{", edge), "#undef GIR_EDGE",
                      "#define GIR_EDGE(c) 1", *simd, "#undef GIR_EDGE"]
         return [*head, self.team_pragma(k),
-                *block(f"  for (int r = 0; r < {prod(grid[:-1])}; ++r) {{", ["  " + ln for ln in nest], "  }"), "}"]
+                *block(f"  for (int r = 0; r < {prod(outer)}; ++r) {{", ["  " + ln for ln in nest], "  }"), "}"]
 
     def op_Move(self, op) -> list[str]:
         """In a padded row every DRAM load is masked: a select with zero, which gcc vectorises."""
@@ -135,21 +153,25 @@ class AcrossUnits:
         select on it left a ShuffleNet depthwise conv's loop scalar: 155 -> 764 us)."""
         if not (self.across and self.padded_row and self.level(s) == DRAM):
             return False
-        return self._last in self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).variables
+        return bool(self._along & self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).variables)
 
     def _split(self, k: Kernel) -> bool:
         """Interior and borders, or one masked SIMD loop (gir/ir/across_units.py splits_rows)."""
         return splits_rows([op for _, op in k.ops], k.prim, k.buffers)
 
     def across_prologue(self, k: Kernel) -> list[str]:
-        return ["const int w = 0;", f"const int b = r * {k.prim.grid[-1]} + {self._last};", "const int u = b;"]
+        return ["const int w = 0;", f"const int b = r * {self._row_length(k)} + {self._last};", "const int u = b;"]
 
     # -- addresses ------------------------------------------------------------------------
     def _row_offset(self, s) -> tuple[str, str]:
         """(hoisted offset variable, the rest of the address) of DRAM slice s: the offset split
-        into its part along the last grid axis (stays in the SIMD loop) and the rest."""
+        into its part along the SIMD loop's axes (stays in the loop) and the rest. Over merged
+        axes that part is one step per q (gir/ir/across_units.py merges_rows)."""
         off = self.k.prim.normalize(s.offset).substitute({"w": Affine(0)})
-        inside, rest = off.split({self._last})
+        inside, rest = off.split(self._along)
+        if self.merged:
+            step = dict(inside.terms).get(f"b{len(self.k.prim.grid) - 1}", 0)
+            inside = Affine.of(0) if step == 0 else var("q") * step
         key = (s.buffer, rest)
         if key not in self.offsets:
             self.offsets[key] = (affine_c(rest), f"o{len(self.offsets)}")
@@ -202,17 +224,19 @@ class AcrossUnits:
                     continue
                 value = int(self.dim_index(s, d, i).lanes[0])
                 norm = self.k.prim.normalize(bound).substitute({"w": Affine(0)})
-                if norm.is_const:
-                    if not (value < norm.const if op == "<" else value >= norm.const):
-                        return ["false"]
+                known = self._decided(value, op, norm)
+                if known is False:
+                    return ["false"]
+                if known:
                     continue
-                if self._last in norm.variables:
+                if self._along & norm.variables:
                     inside.append(f"{value} {op} {affine_c(norm)}")
-                    self._interior_bound(value, op, norm)
+                    if not self.merged:  # merged rows are never split (merges_rows)
+                        self._interior_bound(value, op, norm)
                 else:
                     row.append(f"{value} {op} {affine_c(norm)}")
         if self._moves_along_row(s):  # the lanes past a padded row's end touch no memory
-            inside.append(f"{self._last} < {self.k.prim.grid[-1]}")
+            inside.append(f"{self._last} < {self._row_length(self.k)}")
         if row:  # all of them as one bound on the SIMD index: fewer masks for gcc to combine
             text = " && ".join(f"({c})" for c in row)
             if text not in self.row_conditions:
@@ -220,6 +244,23 @@ class AcrossUnits:
             inside.insert(0, f"{self._last} < {self.row_conditions[text]}")
         # `&`, not `&&`: one branch-free condition, no control flow for the vectoriser to undo
         return [f"GIR_EDGE({' & '.join(f'({c})' for c in inside)})"] if inside else []
+
+    def _decided(self, value: int, op: str, norm: Affine) -> bool | None:
+        """Whether `value op norm` holds for every unit of the grid (True), for none (False),
+        or depends on the unit (None), from each block coordinate's range: a 3x3 window's
+        centre column needs no test against the row's ends, and gcc cannot see that b3 < 112
+        always holds in a 112-unit row (a test and a mask per tap otherwise)."""
+        grid, last = self.k.prim.grid, len(self.k.prim.grid) - 1
+        low = high = norm.const
+        for name, a in norm.terms:
+            if not (name.startswith("b") and name[1:].isdigit() and int(name[1:]) <= last):
+                return None
+            i = int(name[1:])
+            top = (self.padded_row or grid[i]) - 1 if i == last else grid[i] - 1
+            low, high = low + min(0, a * top), high + max(0, a * top)
+        if op == "<":
+            return True if value < low else False if value >= high else None
+        return True if value >= high else False if value < low else None
 
     def _interior_bound(self, value: int, op: str, norm: Affine) -> None:
         """Record where `value op norm` holds along the last axis b (norm = rest + a*b) as a
