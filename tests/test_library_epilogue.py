@@ -324,6 +324,58 @@ def test_conv_bias_add_then_relu_without_conv_bias():
     assert len(op.inputs) == 3 and s.plan.graph.tensors[op.inputs[2]].shape == (24,)
 
 
+def _bn_inits(rng, m):
+    return {"g": rng.uniform(0.5, 1.5, m).astype(np.float32), "be": rng.standard_normal(m).astype(np.float32),
+            "mu": rng.standard_normal(m).astype(np.float32), "var": rng.uniform(0.5, 2.0, m).astype(np.float32)}
+
+
+@pytest.mark.parametrize("conv_bias", [True, False])
+def test_conv_batchnorm_relu_residual_fold_into_the_conv(conv_bias):
+    """An inference BatchNormalization after a conv (the exporter's form when it does not fold
+    it) scales the conv's weights and bias per output channel; ReLU and a residual add follow
+    as post-ops, and nothing is left for GIR. The conv's own weight tensor is left alone (it
+    may be shared): the scaled one is a new constant."""
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    inits = {"W": w, **_bn_inits(rng, 16)}
+    conv_in = ["x", "W"]
+    if conv_bias:
+        inits["B"] = rng.standard_normal(16).astype(np.float32)
+        conv_in.append("B")
+    nodes = [helper.make_node("Conv", conv_in, ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["y", "g", "be", "mu", "var"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["a"]), helper.make_node("Add", ["a", "r"], ["z"])]
+    model = _model(nodes, [_vi("x", (1, 8, 12, 12)), _vi("r", (1, 16, 12, 12))], [_vi("z", (1, 16, 12, 12))], inits)
+    s = _check(model, ["scale", "relu", "residual"], engines=("native", "interpreter"))
+    assert not s.plan.kernels
+    (op,) = s.plan.partition.library
+    assert op.inputs[1] != "W" and np.array_equal(s.graph.tensors["W"].value, w)
+    assert "scale (" in gir.fusion.epilogue.describe(op)
+
+
+def test_matmul_then_per_column_scale_and_shift_folds_into_its_weight():
+    """x @ W * a + b with a, b one constant per output column (a BatchNorm1d after a Linear)."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Mul", ["y", "a"], ["s"]),
+             helper.make_node("Add", ["s", "b"], ["z"])]
+    model = _model(nodes, [_vi("x", (2, 64, 48))], [_vi("z", (2, 64, 40))],
+                   {"W": (rng.standard_normal((48, 40)) * 0.2).astype(np.float32),
+                    "a": rng.uniform(0.5, 1.5, 40).astype(np.float32), "b": rng.standard_normal(40).astype(np.float32)})
+    s = _check(model, ["scale", "bias"], engines=("native", "interpreter"))  # two nodes, two steps
+    assert not s.plan.kernels
+
+
+def test_batchnorm_after_a_conv_with_a_computed_weight_stays_in_gir():
+    """A weight that is an input of the model cannot be scaled when the plan is made."""
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["y", "g", "be", "mu", "var"], ["z"])]
+    model = _model(nodes, [_vi("x", (1, 8, 12, 12)), _vi("W", (16, 8, 3, 3))], [_vi("z", (1, 16, 12, 12))],
+                   _bn_inits(rng, 16))
+    s = _check(model, [])
+    assert s.plan.kernels
+
+
 def test_conv_residual_then_relu():
     nodes = [helper.make_node("Add", ["y", "r"], ["a"]), helper.make_node("Relu", ["a"], ["z"])]
     model, _ = _conv_model(nodes, extra_inputs=[("r", None)])

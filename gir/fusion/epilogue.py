@@ -355,12 +355,20 @@ def _substitute(expr: Expr, args: list[Expr]) -> Expr:
 
 
 def _recognise(canon, externals: list[str]):
-    """("act", (kind, alpha, beta)) | ("add", external index) | None."""
+    """("act", (kind, alpha, beta)) | ("add", external index) | ("scale", scale index, shift
+    index or None) | None. A scale is x * a (+ b) with both external: an inference
+    BatchNormalization's two constants, which a conv folds into its weights and bias."""
     if not externals:
         act = _activation(canon)
         return None if act is None else ("act", act)
     if len(externals) == 1 and canon[0] == "add" and canon[1] == 0 and sorted(canon[2], key=repr) == sorted([X, ("in", 1)], key=repr):
         return ("add", 0)
+    scaled = ("mul", 1.0, tuple(sorted([X, ("in", 1)], key=_key)))
+    if len(externals) == 1 and canon == scaled:
+        return ("scale", 0, None)
+    if len(externals) == 2 and canon[0] == "add" and canon[1] == 0 and \
+            sorted(canon[2], key=repr) == sorted([scaled, ("in", 2)], key=repr):
+        return ("scale", 0, 1)
     return None
 
 
@@ -417,7 +425,15 @@ def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes, order=None) -> BasicO
         region, result, canon, externals = found
         what = _recognise(canon, externals)
         label = None
-        if what[0] == "act":
+        if what[0] == "scale":
+            folded = _fold_scale(graph, op, inputs, y, [graph.tensors[externals[i]] if i is not None else None
+                                                         for i in what[1:]], bias_value)
+            if folded is None or steps or not bias_ok or not _in_order(order, classes, "bias"):
+                break
+            inputs, bias_value = folded
+            classes.append("bias")
+            label = "scale"
+        elif what[0] == "act":
             kind, alpha, beta = what[1]
             if kind not in kinds or not _in_order(order, classes, "activation"):
                 break
@@ -453,7 +469,7 @@ def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes, order=None) -> BasicO
     attrs = dict(op.attrs)
     if op.kind == "conv" and len(op.inputs) < 3 and bias_value is None and any(k == "residual" for k, *_ in steps):
         bias_value = np.zeros(y.shape[1], np.float32)  # a conv's third input is its bias: residuals come after it
-    if bias_value is not None and (any(a[0] == "bias" for a in absorbed) or len(op.inputs) < 3):
+    if bias_value is not None and (any(a[0] in ("bias", "scale") for a in absorbed) or len(op.inputs) < 3):
         name = f"{op.name}/bias"
         while name in graph.tensors:
             name += "_"
@@ -472,6 +488,30 @@ def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes, order=None) -> BasicO
     new = BasicOp(op.name, op.kind, inputs, [cur], attrs, op.origin)
     graph.ops = [new if o is last else o for o in graph.ops if o is not op]
     return new
+
+
+def _fold_scale(graph: BasicGraph, op: BasicOp, inputs: list[str], y: Tensor, scale_shift, bias_value):
+    """(inputs with the weight scaled per output channel, the bias scaled and shifted) for a
+    conv or 2-D-weight matmul whose output is multiplied by a per-channel constant (plus one):
+    conv(x, W) * a + b = conv(x, W * a) + b. None where it does not fold: a weight computed at
+    run time, a scale that is not one constant per output channel. The scaled weight is a new
+    constant (the original may be shared)."""
+    scale, shift = scale_shift
+    w = graph.tensors[inputs[1]]
+    a = _per_channel(op, scale, y)
+    b = None if shift is None else _per_channel(op, shift, y)
+    runtime_bias = op.kind == "conv" and len(op.inputs) > 2 and bias_value is None  # computed at run time
+    if w.value is None or a is None or (shift is not None and b is None) or runtime_bias or \
+            (op.kind == "matmul" and len(w.shape) != 2) or op.kind not in ("conv", "matmul"):
+        return None
+    value = np.asarray(w.value, np.float64)
+    value = value * (a.reshape((-1,) + (1,) * (value.ndim - 1)) if op.kind == "conv" else a.reshape(1, -1))
+    name = f"{op.name}/weight"
+    while name in graph.tensors:
+        name += "_"
+    graph.tensors[name] = Tensor(name, tuple(w.shape), w.dtype, value.astype(np_dtype(w.dtype)))
+    bias = (np.zeros(len(a), np.float32) if bias_value is None else bias_value) * a
+    return [inputs[0], name, *inputs[2:]], bias + (0 if b is None else b)
 
 
 def _per_channel(op: BasicOp, r: Tensor, y: Tensor):

@@ -196,6 +196,11 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
     apart = (False, True) if op.attrs.get("epilogue") else (False,)
     made = [_prepare(op, tensors, constants, b, n, e) for b in layouts for n in threads for e in apart]
     ok = [m for m in made if not isinstance(m, str)]
+    # oneDNN's reference kernels are loops for checking, not for running: a 64-channel dilated
+    # 3x3 conv at 256x256 with a sum post-op in the plain layout fell onto ref:any and took
+    # minutes to time. Where another choice has a real kernel, the reference is not tried.
+    real = [m for m in ok if not m.impl.startswith("ref")]
+    ok = real or ok
     if len(ok) < 2:
         return ok[0] if ok else made[0]
     return min(ok, key=lambda m: _timed(m, op, tensors))
