@@ -256,3 +256,44 @@ def test_openmp_threads_spin_briefly_unless_the_caller_chose(given, want):
     code = "import os, gir.backends.cpu.compiler; print(os.environ.get('GOMP_SPINCOUNT'))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(want)
+
+
+def _conv_chain(tail_readers: str):
+    """conv -> ReLU -> conv -> ReLU over 32 channels at 24x24; `tail_readers`: what else reads the
+    first ReLU's output: "" nothing, "output" it is also a graph output, "add" the second conv's
+    result adds it (a second reader)."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, c, 3, 3)) * 0.1).astype(np.float32), f"w{i}")
+             for i, c in ((1, 16), (2, 32))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["y"])]
+    shape = [1, 32, 24, 24]
+    outputs = [helper.make_tensor_value_info("z" if tail_readers == "add" else "y", TensorProto.FLOAT, shape)]
+    if tail_readers == "output":
+        outputs.append(helper.make_tensor_value_info("r1", TensorProto.FLOAT, shape))
+    if tail_readers == "add":
+        nodes.append(helper.make_node("Add", ["y", "r1"], ["z"]))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 24])],
+                          outputs, inits)
+    return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@needs_onednn
+@pytest.mark.parametrize("tail_readers", ["", "output", "add"])
+def test_a_blocked_conv_hands_its_output_to_the_next_in_its_own_layout(monkeypatch, tail_readers):
+    """Two blocked convs in a row: the first leaves its output in the blocked layout and the
+    second reads it there (no reorder to NCHW and back), only where nothing else reads it.
+    The timing of choices is made to prefer the blocked, fused ones, so the test does not
+    depend on which the machine finds faster."""
+    monkeypatch.setattr(onednn, "_timed", lambda made, op, tensors, repeat=2: 0.0 if made.blocked and not made.separate else 1.0)
+    model = _conv_chain(tail_readers)
+    x = np.random.default_rng(10).standard_normal((1, 16, 24, 24)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    s = gir.Session(model, target="cpu", plan_cache=None)
+    assert all("(blocked)" in v for v in s.engine.library_ops.values()), s.engine.library_ops
+    for _ in range(2):  # the hand-off buffer is reused across runs
+        got = s.run([o.name for o in model.graph.output], {"x": x})
+        for g_, w in zip(got, want):
+            np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-5)
+    names = [(a, b) for a, b, _ in s.engine.handoffs]
+    assert names == ([] if tail_readers else [("Conv_0", "Conv_2")]), s.engine.handoffs

@@ -92,6 +92,8 @@ def _load() -> ctypes.CDLL | None:
     lib.gir_dnnl_threads.argtypes, lib.gir_dnnl_threads.restype = [ctypes.c_int], ctypes.c_int
     lib.gir_dnnl_pool.argtypes, lib.gir_dnnl_pool.restype = [], ctypes.c_int
     lib.gir_dnnl_set_op_threads.argtypes, lib.gir_dnnl_set_op_threads.restype = [vp, ctypes.c_int], None
+    lib.gir_dnnl_handoff_bytes.argtypes, lib.gir_dnnl_handoff_bytes.restype = [vp, vp], ctypes.c_int64
+    lib.gir_dnnl_handoff.argtypes, lib.gir_dnnl_handoff.restype = [vp, vp, vp], None
     lib.gir_dnnl_version.argtypes, lib.gir_dnnl_version.restype = [ctypes.POINTER(ctypes.c_int)], None
     if lib.gir_dnnl_init():
         _why.append("oneDNN found no CPU engine")
@@ -150,6 +152,18 @@ class DnnlOp:
         self._stage = (src, dst)  # kept alive
         self._stage_ptrs = (src.ctypes.data if src.nbytes else None, dst.ctypes.data if dst.nbytes else None)
 
+    def handoff_bytes(self, to: "DnnlOp") -> int:
+        """Bytes of this op's output in its primitive's layout where `to` reads its source in
+        exactly that layout (both blocked), else 0 (gir_dnnl_handoff_bytes)."""
+        return int(self.lib.gir_dnnl_handoff_bytes(self.handle, to.handle))
+
+    def handoff(self, src: np.ndarray | None, dst: np.ndarray | None) -> None:
+        """Read the source from / leave the output in these buffers, in the primitive's own
+        layout, instead of the plain operands (None: the plain operand, as before)."""
+        self._handoff = (src, dst)  # kept alive
+        self.lib.gir_dnnl_handoff(self.handle, None if src is None else src.ctypes.data,
+                                  None if dst is None else dst.ctypes.data)
+
     def call(self, src: int, wei: int, bias: int, *rest: int) -> None:
         post = (ctypes.c_void_p * len(rest[:-1]))(*rest[:-1]) if len(rest) > 1 else None
         status = self.lib.gir_dnnl_run(self.handle, src, wei, bias, rest[-1], *self._stage_ptrs, post)
@@ -203,7 +217,12 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
     ok = real or ok
     if len(ok) < 2:
         return ok[0] if ok else made[0]
-    return min(ok, key=lambda m: _timed(m, op, tensors))
+    # an epilogue apart must win by more than timing noise: fused, a blocked op can also hand
+    # its output to the next op in its own layout (the CPU engine's hand-offs), apart it cannot
+    return min(ok, key=lambda m: _timed(m, op, tensors) * (APART_MARGIN if m.separate else 1.0))
+
+
+APART_MARGIN = 1.1  # an epilogue apart is kept only where it times at least 10% faster than fused
 
 
 def _macs(op: BasicOp, tensors: dict) -> int:

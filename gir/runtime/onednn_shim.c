@@ -42,6 +42,9 @@ typedef struct {
     dnnl_primitive_t sep[GIR_MAX_POST];
     int sep_res[GIR_MAX_POST];       /* the residual's index among the run's inputs, -1: eltwise */
     dnnl_memory_t out_plain, sep_src1[GIR_MAX_POST];
+    /* a buffer in the primitive's own layout that the previous op left its output in (src) or
+     * that the next op reads this op's output from (dst): no reorder (gir_dnnl_handoff) */
+    void *src_handoff, *dst_handoff;
 } gir_op;
 
 #define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) return (int)s_; } while (0)
@@ -354,6 +357,25 @@ int gir_dnnl_run(gir_op *op, void *src, void *wei, void *bias, void *dst, void *
     return status;
 }
 
+/* Bytes of op a's output in its primitive's own layout where that is exactly the layout op b's
+ * primitive reads its source in (both reorder from and to the plain layout, a has no epilogue
+ * apart, which works on the plain output), else 0: a can then leave its output there and b read
+ * it from there, with no reorder to the plain layout and back (gir_dnnl_handoff). */
+int64_t gir_dnnl_handoff_bytes(gir_op *a, gir_op *b) {
+    const_dnnl_memory_desc_t x, y;
+    if (!a->dst_reorder || !b->src_reorder || a->n_sep) return 0;
+    if (dnnl_memory_get_memory_desc(a->dst, &x) != dnnl_success ||
+        dnnl_memory_get_memory_desc(b->src, &y) != dnnl_success || !dnnl_memory_desc_equal(x, y)) return 0;
+    return (int64_t)dnnl_memory_desc_get_size(x);
+}
+
+/* The buffers op reads its source from and leaves its output in, in its own layout (NULL: the
+ * plain operand through the staging buffers, as before). */
+void gir_dnnl_handoff(gir_op *op, void *src, void *dst) {
+    op->src_handoff = src;
+    op->dst_handoff = dst;
+}
+
 /* The threads the next primitive is created for and the previous pool size. oneDNN's jit
  * kernels split their work for omp_get_max_threads() when the primitive is made and fork that
  * many at each run, so a small op meant to run on one thread is also created on one. */
@@ -372,9 +394,11 @@ static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void 
                   void **post) {
     dnnl_exec_arg_t args[5 + GIR_MAX_POST];
     int n = 0;
-    if (op->src_reorder) CHECK(dnnl_memory_set_data_handle(op->src, src_stage));
-    if (op->dst_reorder) CHECK(dnnl_memory_set_data_handle(op->dst, dst_stage));
-    if (op->src_reorder) {
+    if (op->src_reorder) CHECK(dnnl_memory_set_data_handle(op->src, op->src_handoff ? op->src_handoff : src_stage));
+    if (op->dst_reorder) CHECK(dnnl_memory_set_data_handle(op->dst, op->dst_handoff ? op->dst_handoff : dst_stage));
+    if (op->src_handoff) {
+        /* the previous op left the source in this primitive's layout */
+    } else if (op->src_reorder) {
         CHECK(dnnl_memory_set_data_handle(op->src_user, src));
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->src_user}, {DNNL_ARG_TO, op->src}};
         CHECK(dnnl_primitive_execute(op->src_reorder, stream, 2, ra));
@@ -405,7 +429,7 @@ static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void 
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(op->bin_index[i]) | DNNL_ARG_SRC_1, op->bin[i]};
     }
     CHECK(dnnl_primitive_execute(op->prim, stream, n, args));
-    if (op->dst_reorder) {
+    if (op->dst_reorder && !op->dst_handoff) {
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, op->dst}, {DNNL_ARG_TO, op->dst_user}};
         CHECK(dnnl_primitive_execute(op->dst_reorder, stream, 2, ra));
     }
