@@ -59,7 +59,8 @@ WINDOWS = [
     ("MaxPool", (1, 6, 17, 33), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 4, 20, 48), (3, 3), dict(pads=[1, 1, 1, 1])),
     ("AveragePool", (1, 6, 16, 24), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
-    # rows shorter than MIN_SPLIT_ROW over contiguous planes: one SIMD loop over the plane
+    # rows shorter than MERGE_BELOW over contiguous planes: one SIMD loop over the plane (and a
+    # 14-unit row, padded instead)
     ("Conv", (1, 16, 7, 7), (3, 3), dict(group=16, pads=[1, 1, 1, 1])),
     ("Conv", (1, 8, 14, 14), (5, 5), dict(group=8, pads=[2, 2, 2, 2])),
     ("Conv", (1, 8, 9, 6), (3, 3), dict(group=8, pads=[0, 1, 2, 1])),

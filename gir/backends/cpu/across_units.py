@@ -77,8 +77,7 @@ class AcrossUnits:
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
         self.merged = merges_rows([op for _, op in k.ops], k.prim, k.buffers)
         n = self._row_length(k)
-        # a merged row is not padded: its remainder is one in 12 (14x14) or 4 (7x7) vectors, and
-        # padded to 16 lanes a 7x7 plane's 3x3 conv ran 1.5x slower
+        # a merged row is not padded: padded to 16 lanes a 7x7 plane's 3x3 conv ran 1.5x slower
         self.padded_row = 0 if self.merged or self._split(k) or n % ROW_MULTIPLE == 0 or n < ROW_MULTIPLE else \
             -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
         try:
