@@ -22,11 +22,6 @@ MIN_SPLIT_ROW = 16     # units along the last axis worth splitting into interior
 MERGE_BELOW = 8        # rows shorter than this run merged with the axis before them (merges_rows)
 
 
-def step_along_last(prim: ParallelPrimitive, s) -> int:
-    """How far slice s moves, in elements, from one unit to the next along the last grid axis."""
-    return dict(prim.normalize(s.offset).terms).get(f"b{len(prim.grid) - 1}", 0)
-
-
 def step_along(prim: ParallelPrimitive, s, axis: int) -> int:
     """How far slice s moves, in elements, from one unit to the next along grid axis `axis`."""
     return dict(prim.normalize(s.offset).terms).get(f"b{axis % len(prim.grid)}", 0)
@@ -34,7 +29,7 @@ def step_along(prim: ParallelPrimitive, s, axis: int) -> int:
 
 def strided(ops, prim: ParallelPrimitive, buffers: dict) -> bool:
     """Whether some DRAM slice of the kernel steps more than one element per unit."""
-    return any(buffers[s.buffer].level == DRAM and step_along_last(prim, s) > 1
+    return any(buffers[s.buffer].level == DRAM and step_along(prim, s, -1) > 1
                for op in ops if not isinstance(op, Sync) for s in (*op.reads(), *op.writes()))
 
 
@@ -102,7 +97,7 @@ def vectorises_across_units(ops, prim: ParallelPrimitive, buffers: dict) -> bool
             level = buffers[s.buffer].level
             if level == REGISTER and not s.offset.is_const:
                 return False
-            if level == DRAM and not 0 <= step_along_last(prim, s) <= MAX_STRIDE:
+            if level == DRAM and not 0 <= step_along(prim, s, -1) <= MAX_STRIDE:
                 return False
         statements += largest
     if statements > MAX_STATEMENTS:

@@ -250,11 +250,12 @@ class AcrossUnits:
         centre column needs no test against the row's ends, and gcc cannot see that b3 < 112
         always holds in a 112-unit row (a test and a mask per tap otherwise)."""
         grid, last = self.k.prim.grid, len(self.k.prim.grid) - 1
+        axis = {f"b{i}": i for i in range(len(grid))}  # the block coordinates (ParallelPrimitive.normalize)
         low = high = norm.const
         for name, a in norm.terms:
-            if not (name.startswith("b") and name[1:].isdigit() and int(name[1:]) <= last):
+            if name not in axis:
                 return None
-            i = int(name[1:])
+            i = axis[name]
             top = (self.padded_row or grid[i]) - 1 if i == last else grid[i] - 1
             low, high = low + min(0, a * top), high + max(0, a * top)
         if op == "<":
