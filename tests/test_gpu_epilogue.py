@@ -28,7 +28,7 @@ from test_device_runtime import assert_matches, check_one_run, on_standin, ort_o
 def _model(order: str, dtype=TensorProto.FLOAT, shape=(2, 8, 16), n=24):
     """MatMul(x, W) then the adds and Relu in `order` ("brR": bias, residual r, Relu)."""
     rng = np.random.default_rng(0)
-    np_dtype = np.float16 if dtype == TensorProto.FLOAT16 else np.float32
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
     inits = [numpy_helper.from_array((rng.standard_normal((shape[-1], n)) * 0.3).astype(np_dtype), "W"),
              numpy_helper.from_array(rng.standard_normal(n).astype(np_dtype), "C")]
     nodes, cur = [helper.make_node("MatMul", ["x", "W"], ["y0"], name="mm")], "y0"
@@ -133,6 +133,24 @@ def test_fp16_bias_in_the_output_dtype(monkeypatch):
     (got,), (want,) = check_one_run(session, launcher, feeds), ort_outputs(model, feeds)
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3,
                                atol=2e-3 * max(1.0, float(np.abs(want).max())))
+
+
+def test_bf16_bias_residual_relu_in_one_call(monkeypatch):
+    """bf16 (declared after the H200 run of the gpu test below): one Gemm carries bias, residual
+    and ReLU, and the stand-in's result is the float64 one rounded to bf16 within 2 ulps."""
+    launcher = on_standin(monkeypatch, True)
+    model = _model("brR", dtype=TensorProto.BFLOAT16)
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    assert _absorbed(session) == ["bias", "residual", "relu"]
+    (g,) = _gemms(session)
+    assert g.dtype == "bfloat16" and g.bias and g.c_in and g.activation == "relu"
+    bf16 = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+    feeds = _feeds(model, bf16)
+    (got,) = check_one_run(session, launcher, feeds)
+    w, c = (numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer)
+    want = np.maximum(feeds["x"].astype(np.float64) @ w + c + feeds["r"].astype(np.float64), 0)
+    err = np.abs(got.astype(np.float64) - want) / np.maximum(1.0, np.abs(want))
+    assert got.dtype == bf16 and err.max() <= 2 * 2.0 ** -7
 
 
 def test_the_hip_target_absorbs_nothing(monkeypatch):
@@ -291,3 +309,38 @@ def test_real_gpu_gelu_bias_is_the_tanh_form():
     to_tanh, to_erf = float(np.abs(got - tanh_form).max()), float(np.abs(got - erf_form).max())
     print(f"GELU_BIAS: max |cuBLASLt - tanh form| = {to_tanh:.3g}, max |cuBLASLt - erf form| = {to_erf:.3g}")
     assert to_tanh < to_erf and to_tanh <= 1e-3 * max(1.0, float(np.abs(y).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_real_gpu_half_bias_residual_relu_in_one_cublaslt_call(dtype):
+    """bias + residual (C apart from D) + ReLU in one half-precision cuBLASLt call, the bias in
+    the output's dtype, fp32 accumulation: within a few half-ulps of the float64 result rounded
+    once. What decides whether a target may declare the epilogue kinds for this dtype."""
+    try:
+        launcher = device.open_launcher("cuda")
+        launcher.check_library()
+    except NoDeviceError as e:
+        assert len(str(e).splitlines()) == 1
+        pytest.skip(str(e))
+    half = np.dtype(dtype)
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((3, 40, 64)), rng.standard_normal((64, 72)) * 0.2
+    bias, res = rng.standard_normal(72), rng.standard_normal((3, 40, 72))
+    a, b, bias, res = (x.astype(half) for x in (a, b, bias, res))
+    out = np.zeros((3, 40, 72), half)
+    bufs = [launcher.alloc(x.nbytes) for x in (a, b, bias, res, out)]
+    for buf, x in zip(bufs, (a, b, bias, res, out)):
+        launcher.upload(buf, x)
+    calls = row_major_matmul(dtype, bufs[0].ptr, a.shape, bufs[1].ptr, b.shape, bufs[4].ptr, half.itemsize, beta=1.0,
+                             c_in=bufs[3].ptr, bias=bufs[2].ptr, activation="relu")
+    for g in calls:
+        launcher.prepare_gemm(g)
+        launcher.gemm(g)
+    launcher.sync()
+    launcher.download(bufs[4], out)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64) + res.astype(np.float64), 0)
+    err = np.abs(out.astype(np.float64) - want) / np.maximum(1.0, np.abs(want))
+    eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
+    print(f"{dtype} bias+residual+relu epilogue: max error {err.max():.3g} ({err.max() / eps:.2f} ulp at 1.0)")
+    assert err.max() <= 4 * eps
