@@ -258,14 +258,20 @@ def gpu_report(results: dict) -> str:
         "the ceiling below.\n",
         markdown_table(("model", "GIR ms", "GIR kernels only ms", "GIR kernels GB/s", "torch eager ms",
                         "torch.compile ms", "GIR/eager", "GIR/compile", "GIR max rel err", "note"), latency),
+        "Library paths, and GIR with its convolutions as im2col + cuBLASLt instead (GIR_DEVICE_CONV=im2col, "
+        "same plan):\n",
+        markdown_table(("model", "library path", "GIR ms", "GIR ms, convs as im2col"),
+                       [[r["model"], r["gpu"].get("library_path", "-"), number(r["gpu"].get("gir_ms"), ".2f"),
+                         number(r["gpu"].get("gir_im2col_ms"), ".2f")] for r in rows]),
         f"The {TOP_KERNELS} largest kernels (modelled DRAM bytes) of each model:\n",
         markdown_table(("model", "kernel", "launches", "MB", "us", "GB/s", "of copy"), kernels),
         GPU_NOTES])
 
 
 GPU_NOTES = """Model latencies are host to host on both sides (inputs uploaded, outputs downloaded), median
-of the runs after one warm-up. GIR: gir.Session on the device runtime (library ops through
-cuBLASLt, convs as an im2col kernel + cuBLASLt, the whole plan replayed as one CUDA graph, one
+of the runs after one warm-up. GIR: gir.Session on the device runtime (matmuls through
+cuBLASLt, convs through cuDNN where installed, else an im2col kernel + cuBLASLt, as the library
+path column says; the whole plan replayed as one CUDA graph, one
 synchronisation per run); "GIR kernels only" is the sum of its fused kernels' times below, the
 part GIR's own code generation is responsible for; GIR kernels GB/s: all their modelled bytes
 over that time. torch: the ONNX model converted by onnx2torch (one torch module per ONNX node,

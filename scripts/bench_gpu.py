@@ -106,9 +106,23 @@ class Gpu:
         kernels = kernel_times(self, session, feeds)
         result = {"gir_ms": median_ms(lambda: session.run(None, feeds), self.runs),
                   "gir_max_rel_err": errors(got, reference)[1], "kernels": kernels,
-                  "kernel_ms": sum(k["seconds"] for k in kernels) * 1e3}
+                  "kernel_ms": sum(k["seconds"] for k in kernels) * 1e3,
+                  "library_path": session.engine.library_path}
+        if session.engine.library_convs:  # the same plan with its convs as im2col + cuBLASLt
+            result.update(self.im2col_latency(model, feeds, reference, target, limit))
         result.update(self.torch_latencies(model, feeds, reference))
         return result
+
+    def im2col_latency(self, model, feeds: dict, reference: list, target: str, limit: int) -> dict:
+        """The convolution library against the fallback path, on the same (cached) plan."""
+        os.environ["GIR_DEVICE_CONV"] = "im2col"
+        try:
+            session = gir.Session(model, target=target, limit=limit)
+            got = session.run(None, feeds)
+            return {"gir_im2col_ms": median_ms(lambda: session.run(None, feeds), self.runs),
+                    "gir_im2col_max_rel_err": errors(got, reference)[1]}
+        finally:
+            del os.environ["GIR_DEVICE_CONV"]
 
     def torch_latencies(self, model, feeds: dict, reference: list) -> dict:
         try:

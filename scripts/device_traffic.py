@@ -52,7 +52,8 @@ def traffic(model, target: str, device_module=device) -> dict:
         "run d2h of weights": moved("d2h", in_weights), "run h2d of weights": moved("h2d", in_weights),
         "feeds": (len(feeds), sum(v.nbytes for v in feeds.values())),
         "outputs": (len(session.graph.outputs), sum(v.nbytes for v in outputs)),
-        "syncs": counts["sync"], "launches": counts["launch"], "gemms": counts["gemm"], "replays": counts["replay"],
+        "syncs": counts["sync"], "launches": counts["launch"], "gemms": counts["gemm"], "convs": counts["conv"],
+        "replays": counts["replay"],
         "allocs": counts["alloc"],
     }
 
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
               f"{_mb(r['feeds'][1])}); d2h {r['run d2h'][0]} copies {_mb(r['run d2h'][1])} "
               f"(outputs: {r['outputs'][0]}); weights moved: {r['run h2d of weights'][0]} h2d, "
               f"{r['run d2h of weights'][0]} d2h; syncs {r['syncs']}; launches {r['launches']}, gemms {r['gemms']}, "
+              f"library convs {r['convs']}, "
               f"graph replays {r['replays']}, allocations {r['allocs']}")
     return 0
 

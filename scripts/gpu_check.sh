@@ -19,16 +19,22 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/scripts${PYTHONPATH:+:$PYTHONPAT
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 - <<'EOF'
 from importlib import metadata
-for dist in ("cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "nvidia-cublas", "nvmath-python", "numpy",
-             "onnx", "onnxruntime", "networkx", "torch", "onnx2torch"):
+for dist in ("cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "nvidia-cublas", "nvmath-python", "nvidia-cudnn-cu13",
+             "nvidia-cudnn-frontend", "numpy", "onnx", "onnxruntime", "networkx", "torch", "onnx2torch"):
     try:
         print(f"{dist}=={metadata.version(dist)}")
     except metadata.PackageNotFoundError:
         print(f"{dist}: not installed")
+try:
+    from gir.backends.cuda.launcher import CudaLauncher
+    launcher = CudaLauncher()
+    print("convolution library:", launcher.open_conv() or launcher.conv_note)
+except Exception as e:  # noqa: BLE001 -- a report line, not the end of the check
+    print("convolution library: error:", e)
 EOF
 } 2>&1 | tee "$out/env.txt"
 
-timeout "${GPU_TESTS_S:-240}" python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/test_toolchain.py \
+timeout "${GPU_TESTS_S:-240}" python3 -m pytest -q -rsP -m gpu -p no:cacheprovider tests/test_toolchain.py \
   tests/test_session.py tests/test_device_runtime.py tests/test_gpu_epilogue.py 2>&1 | tee "$out/tests.txt"
 tests=${PIPESTATUS[0]}
 

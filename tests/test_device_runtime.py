@@ -148,8 +148,13 @@ def _conv_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-def test_convolutions_as_im2col_and_gemm(monkeypatch):
-    launcher = on_standin(monkeypatch, True)
+@pytest.mark.parametrize("how", ["no-conv-library", "GIR_DEVICE_CONV=im2col"])
+def test_convolutions_as_im2col_and_gemm(monkeypatch, how):
+    if how == "no-conv-library":
+        launcher = on_standin(monkeypatch, True, conv_library=False)
+    else:
+        launcher = on_standin(monkeypatch, True)
+        monkeypatch.setenv("GIR_DEVICE_CONV", "im2col")
     model = _conv_model()
     session = gir.Session(model, target="cuda:sm_90", limit=1)
     kinds = [s.kind for s in session.plan.steps if isinstance(s, BasicOp)]
@@ -157,7 +162,108 @@ def test_convolutions_as_im2col_and_gemm(monkeypatch):
     graph = session.engine.graph
     im2col = [op for op in graph if op[0] == "launch" and op[1].startswith("gir_im2col")]
     assert len(im2col) == 3  # the 1x1 conv reads its input directly
+    assert not any(op[0] == "conv" for op in graph)
+    assert "convolutions: im2col + " in session.engine.library_path
     feeds = {"x": np.random.default_rng(4).standard_normal((2, 4, 9, 10)).astype(np.float32)}
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
+@pytest.mark.parametrize("conv_bias", [True, False], ids=["bias-fused", "bias-by-gemm"])
+def test_convolutions_in_the_conv_library(monkeypatch, conv_bias):
+    """Each conv is one library call on resident pointers (cuDNN's convention, executed by the
+    stand-in); a library that cannot fuse the bias gets it added by a rank-1 GEMM after."""
+    launcher = on_standin(monkeypatch, True, conv_bias=conv_bias)
+    model = _conv_model()
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    graph = session.engine.graph
+    convs = [op[1] for op in graph if op[0] == "conv"]
+    assert len(convs) == 4 and not any(op[0] == "launch" and op[1].startswith("gir_im2col") for op in graph)
+    assert sorted(c.groups for c in convs) == [1, 1, 2, 6]
+    assert sum(bool(c.bias) for c in convs) == (2 if conv_bias else 0)
+    gemms = [op[1] for op in graph if op[0] == "gemm"]
+    bias_gemms = [g for g in gemms if g.beta == 1.0]  # rank-1: bias x ones, added to y
+    assert len(gemms) - len(bias_gemms) == 1 and bool(bias_gemms) != conv_bias
+    assert "convolutions: recording stand-in" in session.engine.library_path
+    assert session.engine.col is None  # no im2col buffer
+    for seed in (4, 5):
+        feeds = {"x": np.random.default_rng(seed).standard_normal((2, 4, 9, 10)).astype(np.float32)}
+        assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
+def test_a_conv_the_library_refuses_runs_as_im2col(monkeypatch):
+    launcher = on_standin(monkeypatch, True, conv_refuses=lambda c: max(c.dilations) > 1)
+    model = _conv_model()
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    graph = session.engine.graph
+    assert [op[0] for op in graph].count("conv") == 3
+    assert sum(op[0] == "launch" and op[1].startswith("gir_im2col") for op in graph) == 1
+    assert "(1 as im2col + " in session.engine.library_path
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 4, 9, 10)).astype(np.float32)}
+    assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
+
+
+def _single_conv(x_shape, w_shape, dtype=np.float32, bias=True, **attrs):
+    rng = np.random.default_rng(len(x_shape) + sum(w_shape))
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [numpy_helper.from_array(rng.standard_normal(w_shape).astype(dtype), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(w_shape[0]).astype(dtype), "b"))
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+    nsp = len(x_shape) - 2
+    pads, strides = attrs.get("pads", [0] * 2 * nsp), attrs.get("strides", [1] * nsp)
+    dilations = attrs.get("dilations", [1] * nsp)
+    y_shape = [x_shape[0], w_shape[0]] + [(x_shape[2 + d] + pads[d] + pads[nsp + d] - dilations[d] * (w_shape[2 + d] - 1)
+                                           - 1) // strides[d] + 1 for d in range(nsp)]
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", elem, x_shape)],
+                              [helper.make_tensor_value_info("y", elem, y_shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+CONV_CASES = {
+    "1d-asymmetric": ((2, 6, 17), (4, 3, 4), dict(group=2, pads=[2, 1], strides=[2], dilations=[2])),
+    "2d-depthwise-s2": ((1, 8, 11, 9), (8, 1, 5, 5), dict(group=8, pads=[2, 2, 2, 2], strides=[2, 2])),
+    "2d-dilated": ((1, 3, 12, 10), (5, 3, 3, 2), dict(pads=[0, 1, 2, 0], dilations=[2, 3])),
+    "3d": ((1, 4, 5, 6, 7), (6, 2, 2, 3, 3), dict(group=2, pads=[1, 0, 1, 0, 1, 2], strides=[1, 2, 1])),
+    # 576-term sums: TF32 products (10-bit mantissas) would miss the fp32 bound of the gpu test
+    "2d-wide": ((1, 64, 14, 14), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_reference_conv_is_onnx_conv(case, dtype):
+    """dnn.reference_conv (what the stand-in runs for cuDNN) against onnxruntime's Conv: ranks
+    1-3, groups, strides, dilations, pads that differ before and after."""
+    from gir.backends.dnn import conv_call, reference_conv
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    model = _single_conv(x_shape, w_shape, dtype, **attrs)
+    x = np.random.default_rng(9).standard_normal(x_shape).astype(dtype)
+    (want,) = ort_outputs(model, {"x": x})
+    nsp = len(x_shape) - 2
+    full = {"strides": attrs.get("strides", [1] * nsp), "dilations": attrs.get("dilations", [1] * nsp),
+            "pads": attrs.get("pads", [0] * 2 * nsp)}
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    y = np.full(want.shape, np.nan, dtype)
+    memory = {a.ctypes.data: a for a in (x, w, b, y)}
+
+    def typed_at(ptr, count, dt):
+        assert memory[ptr].dtype == dt and memory[ptr].size == count
+        return memory[ptr].reshape(-1)
+    reference_conv(conv_call(np.dtype(dtype).name, x.ctypes.data, x.shape, w.ctypes.data, w.shape,
+                             y.ctypes.data, y.shape, full, b.ctypes.data), typed_at)
+    tol = 1e-4 if dtype == np.float32 else 2e-3
+    np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=tol,
+                               atol=tol * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_library_conv_shapes_through_the_session(monkeypatch, case):
+    launcher = on_standin(monkeypatch, True)
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    model = _single_conv(x_shape, w_shape, **attrs)
+    session = gir.Session(model, target="cuda:sm_90", limit=1)
+    assert [op[0] for op in session.engine.graph].count("conv") == 1
+    feeds = {"x": np.random.default_rng(2).standard_normal(x_shape).astype(np.float32)}
     assert_matches(check_one_run(session, launcher, feeds), ort_outputs(model, feeds))
 
 
@@ -319,7 +425,7 @@ def test_the_module_with_its_im2col_kernels_compiles(monkeypatch, target):
     """The engine's one module (the plan's kernels and the generated im2col kernels) through the
     real NVRTC / hiprtc and the resource checks, then run on the stand-in."""
     backend = target.split(":")[0]
-    launcher = on_standin(monkeypatch, True, backend=backend)
+    launcher = on_standin(monkeypatch, True, backend=backend, conv_library=False)
     emitter, _, _ = harness_toolchain(backend)
     from gir.backends.cuda.compiler import compile_cuda
     from gir.backends.hip.compiler import compile_hip
@@ -370,3 +476,59 @@ def test_fp16_and_outputs_that_are_inputs_or_weights(monkeypatch):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-3,
                                    atol=2e-3 * max(1.0, float(np.abs(w.astype(np.float32)).max())))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_real_gpu_convolutions_in_cudnn(monkeypatch, dtype):
+    """On an NVIDIA GPU: each CONV_CASES shape as a library conv, in cuDNN where the frontend is
+    installed (a refused bias fusion or shape is allowed, and is printed), twice (the second
+    run replays the graph), against onnxruntime; then the same through im2col + cuBLASLt. fp32
+    within 1e-5 of the largest output: fp32 arithmetic, not TF32."""
+    import importlib.util
+    real = session_module.get_target
+    monkeypatch.setattr(session_module, "get_target", lambda name: dataclasses.replace(
+        real(name), peak_flops=1.0, peak_matrix_flops=1.0))
+    tol = 1e-5 if dtype == np.float32 else 3e-3  # fp32: no TF32 (cuDNN's default engines were 1e-4 off)
+    for path in ("library", "im2col"):
+        monkeypatch.setenv("GIR_DEVICE_CONV", path)
+        for case, (x_shape, w_shape, attrs) in sorted(CONV_CASES.items()):
+            model = _single_conv(x_shape, w_shape, dtype, **attrs)
+            try:
+                session = gir.Session(model, target="cuda:sm_90", limit=1)
+            except NoDeviceError as e:
+                pytest.skip(str(e))
+            engine = session.engine
+            print(case, np.dtype(dtype).name, path, "|", engine.library_path, "|", engine.launcher.conv_refusals)
+            if path == "library" and importlib.util.find_spec("cudnn"):
+                assert "cudnn" in engine.library_path, engine.library_path
+            for seed in (0, 1):
+                feeds = {"x": np.random.default_rng(seed).standard_normal(x_shape).astype(dtype)}
+                (got,), (want,) = session.run(None, feeds), ort_outputs(model, feeds)
+                np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol,
+                                           atol=tol * float(np.abs(want).max()), err_msg=f"{case} {path}")
+
+
+def test_the_cudnn_frontend_is_imported_without_torch(tmp_path, monkeypatch):
+    """The frontend package imports torch when it can; GIR keeps torch out of that import (an
+    import that costs seconds, and failed inside a cached Session on an H200), unless the
+    program has already imported torch itself."""
+    import sys
+    if "torch" in sys.modules:
+        pytest.skip("torch is already imported in this process")
+    for package, body in (("torch", "raise AssertionError('torch was imported')\n"),
+                          ("cudnn", "try:\n    import torch\nexcept ImportError:\n    torch = None\n")):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cudnn", raising=False)
+    from gir.backends.cuda.launcher import _cudnn_frontend
+    try:
+        module = _cudnn_frontend()
+        assert module.__file__.startswith(str(tmp_path)) and module.torch is None
+        assert "torch" not in sys.modules  # and `import torch` works again afterwards
+        with pytest.raises(AssertionError, match="torch was imported"):
+            import torch  # noqa: F401
+    finally:
+        sys.modules.pop("cudnn", None)
+        sys.modules.pop("torch", None)

@@ -14,11 +14,15 @@ copy the outputs out, wait once. No weight moves and no other host-device traffi
 flag is read back (in the same wait) only for kernels whose indices are computed on the
 device (indices fed as inputs are checked on the host before the run).
 
-A convolution is im2col (a generated copy kernel: (N, C, *kernel, *out) from the padded,
-strided, dilated windows; skipped for 1x1 stride-1 unpadded convs, whose input already is
-that matrix) and one strided-batched GEMM per image over the groups, Y[n, g] = W[g] @
-col[n, g], with the bias added as a rank-1 GEMM (bias x ones, beta = 1). The weights are used
-where they are: (M, C/g, *kernel) row-major is already (G, M/G, C/G * taps). A matmul's
+A convolution is one call of the launcher's convolution library where it has one
+(`open_conv`: cuDNN through its frontend on NVIDIA; dnn.Conv on the resident pointers, the
+bias in the call where the library fuses it, else a rank-1 GEMM after it). Elsewhere (no
+cuDNN, hipBLAS, float64, or GIR_DEVICE_CONV=im2col) it is im2col (a generated copy kernel:
+(N, C, *kernel, *out) from the padded, strided, dilated windows; skipped for 1x1 stride-1
+unpadded convs, whose input already is that matrix) and one strided-batched GEMM per image
+over the groups, Y[n, g] = W[g] @ col[n, g], with the bias added as a rank-1 GEMM (bias x
+ones, beta = 1). The weights are used where they are: (M, C/g, *kernel) row-major is already
+(G, M/G, C/G * taps). `library_path` says which path the convolutions took. A matmul's
 absorbed epilogue (gir/fusion/epilogue.py) goes into its Gemms: bias pointer, a residual as C
 (beta = 1, C apart from D) and the activation, run by the library (cuBLASLt) in the call.
 
@@ -43,6 +47,7 @@ from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.memory import MemoryPlan, locate, output_roots
 
 from .blas import DTYPES, bias_rows, row_major_matmul
+from .dnn import CONV_DTYPES, conv_call
 from .errors import LibraryUnavailable
 from .kernels import check_resources, check_shared, emit_plan
 from .launcher_base import DeviceBuffer, Launcher
@@ -187,9 +192,22 @@ class DeviceEngine:
             launcher.check_library()
         self.library_path = launcher.library if library else "none (no library ops)"
         self.library_note = ""
+        convs = [op for op in library if op.kind == "conv"]
+        conv_library = self._conv_library(convs)
+        # library convs planned now, by shape: True when the call adds the bias, False when a
+        # GEMM adds it after, None (not kept) when the library cannot run it (im2col then)
+        fuses = {id(op): launcher.prepare_conv(self._conv(op, placed=False)) for op in convs
+                 if conv_library and g.tensors[op.outputs[0]].dtype in CONV_DTYPES}
+        self.conv_fuses = {key: fits for key, fits in fuses.items() if fits is not None}
+        self.library_convs = set(self.conv_fuses)
+        if convs:
+            apart = len(convs) - len(self.library_convs)
+            how = f"im2col + {launcher.library}"
+            self.library_path += f"; convolutions: {conv_library or how}" + (
+                f" ({apart} as {how})" if conv_library and apart else "" if conv_library else f" ({launcher.conv_note})")
         im2col = {}  # id(op) -> kernel name
         for op in library:
-            if op.kind == "conv" and not _direct(op.attrs, g.tensors[op.inputs[1]].shape):
+            if op.kind == "conv" and id(op) not in self.library_convs and not _direct(op.attrs, g.tensors[op.inputs[1]].shape):
                 im2col[id(op)] = name = f"gir_im2col_{len(im2col)}"
                 x, w, y = (g.tensors[t] for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
                 nsp = len(x.shape) - 2
@@ -211,9 +229,12 @@ class DeviceEngine:
         self.fresh = {r: launcher.alloc(max(1, self._nbytes(r))) for r in sorted(output_roots(plan))}
         col_bytes = max([self._col_bytes(op) for op in library if id(op) in im2col], default=0)
         self.col = launcher.alloc(col_bytes) if col_bytes else None
+        self.bias_apart = {id(op) for op in convs if len(op.inputs) > 2 and self.conv_fuses.get(id(op)) is False}
+        self.conv_calls = {id(op): self._conv(op, bias=id(op) not in self.bias_apart) for op in convs
+                           if id(op) in self.library_convs}
         ones = {}  # dtype -> elements: the longest row of ones a conv bias GEMM reads
-        for op in library:
-            if op.kind == "conv" and len(op.inputs) > 2:
+        for op in convs:
+            if len(op.inputs) > 2 and (id(op) not in self.library_convs or id(op) in self.bias_apart):
                 y = g.tensors[op.outputs[0]]
                 ones[y.dtype] = max(ones.get(y.dtype, 0), prod(y.shape[2:]))
         self.ones = {dtype: launcher.alloc(count * np_dtype(dtype).itemsize) for dtype, count in ones.items()}
@@ -236,7 +257,7 @@ class DeviceEngine:
         if self.flags is not None:  # zeroed now, and again only after a run that set one
             launcher.upload(self.flags, np.zeros(len(gathering), np.int32))
 
-        self.program = []  # ("launch", kernel, grid, block, shared, args) | ("gemm", Gemm)
+        self.program = []  # ("launch", kernel, grid, block, shared, args) | ("gemm", Gemm) | ("conv", Conv)
         self.kernel_steps = []  # per program entry: the plan step of a GIR kernel's launch, else None
         for launch in launches:
             if isinstance(launch, BasicOp):
@@ -301,6 +322,25 @@ class DeviceEngine:
             return self.constants[name]
         return self.inputs[name] if name in self.inputs else self.fresh[name]
 
+    def _conv_library(self, convs: list) -> str | None:
+        """The launcher's convolution library for this plan's convs, or None (im2col + GEMM)."""
+        if not convs:
+            return None
+        if os.environ.get("GIR_DEVICE_CONV", "library") == "im2col":
+            self.launcher.conv_note = "GIR_DEVICE_CONV=im2col"
+            return None
+        return self.launcher.open_conv()
+
+    def _conv(self, op: BasicOp, placed: bool = True, bias: bool = True):
+        """The op's dnn.Conv on its device pointers; `placed=False`: the shape alone, before
+        allocation (pointers 0, a bias marked by 1), for the library to plan."""
+        g = self.plan.graph
+        x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
+        ptr = (lambda name: self._tensor(name).ptr) if placed else (lambda name: 0)
+        b = (ptr(op.inputs[2]) if placed else 1) if bias and len(op.inputs) > 2 else 0
+        return conv_call(g.tensors[y].dtype, ptr(x), g.tensors[x].shape, ptr(w), g.tensors[w].shape, ptr(y),
+                         g.tensors[y].shape, op.attrs, b)
+
     def _library_calls(self, op: BasicOp, binary, im2col: dict) -> list[tuple]:
         g = self.plan.graph
         dtype = g.tensors[op.outputs[0]].dtype
@@ -319,16 +359,19 @@ class DeviceEngine:
         n, groups = x_shape[0], op.attrs["group"]
         m, cpg, taps, positions = w_shape[0], w_shape[1], prod(w_shape[2:]), prod(y_shape[2:])
         calls, col = [], self._tensor(op.inputs[0])
-        if id(op) in im2col:
+        if id(op) in self.library_convs:
+            calls.append(("conv", self.conv_calls[id(op)]))
+        elif id(op) in im2col:
             total = n * x_shape[1] * taps * positions
             kernel = self.launcher.load(binary, im2col[id(op)])
             calls.append(("launch", kernel, -(-total // IM2COL_THREADS), IM2COL_THREADS, 0, [col, self.col]))
             col = self.col
-        # Y[n, g] (M/G x P) = W[g] (M/G x C/G*taps) @ col[n, g] (C/G*taps x P)
-        calls += [("gemm", gemm) for gemm in row_major_matmul(
-            dtype, self._tensor(op.inputs[1]).ptr, (1, groups, m // groups, cpg * taps),
-            col.ptr, (n, groups, cpg * taps, positions), y.ptr, size)]
-        if len(op.inputs) > 2:  # Y[n, g] += bias[g] (M/G x 1) @ ones (1 x P)
+        if id(op) not in self.library_convs:  # Y[n, g] (M/G x P) = W[g] (M/G x C/G*taps) @ col[n, g] (C/G*taps x P)
+            calls += [("gemm", gemm) for gemm in row_major_matmul(
+                dtype, self._tensor(op.inputs[1]).ptr, (1, groups, m // groups, cpg * taps),
+                col.ptr, (n, groups, cpg * taps, positions), y.ptr, size)]
+        if len(op.inputs) > 2 and (id(op) not in self.library_convs or id(op) in self.bias_apart):
+            # Y[n, g] += bias[g] (M/G x 1) @ ones (1 x P)
             calls += [("gemm", gemm) for gemm in row_major_matmul(
                 dtype, self._tensor(op.inputs[2]).ptr, (1, groups, m // groups, 1),
                 self.ones[dtype].ptr, (1, 1, 1, positions), y.ptr, size, beta=1.0, c_batch=(n, groups))]
@@ -339,6 +382,8 @@ class DeviceEngine:
         for call in self.program:
             if call[0] == "gemm":
                 launcher.gemm(call[1])
+            elif call[0] == "conv":
+                launcher.conv(call[1])
             else:
                 launcher.launch(*call[1:])
 

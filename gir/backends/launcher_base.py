@@ -42,7 +42,8 @@ class Launcher:
     The device runtime (gir/runtime/device.py) also uses the stream-ordered part: copy_in /
     copy_out (asynchronous copies on the launcher's one stream; synchronous here), launch and
     gemm enqueue on that stream, and sync() waits for all of it: one wait per run. A GEMM is
-    a blas.Gemm on device pointers in cuBLAS's column-major convention; check_library()
+    a blas.Gemm on device pointers in cuBLAS's column-major convention, a convolution (where
+    open_conv() names a library) a dnn.Conv in cuDNN's; check_library()
     raises LibraryUnavailable (one line: what is missing, how to get it) where the vendor
     library is not there, never a host fallback. begin_capture / end_capture / replay record
     the enqueued work once and launch it again as one graph (CUDA graphs) where supported."""
@@ -56,6 +57,22 @@ class Launcher:
 
     def check_library(self) -> None:
         raise LibraryUnavailable(f"{type(self).__name__} has no GEMM library binding")
+
+    def open_conv(self) -> str | None:
+        """The convolution library (e.g. "cudnn 9.13.0") when library convolutions run in it
+        here, else None: the engine then runs them as im2col + GEMM. `conv_note` says why not."""
+        return None
+
+    conv_note: str = "no convolution library binding"
+    conv_refusals: tuple = ()  # convolution shapes (or bias fusions) the library had no engine for, and why
+
+    def prepare_conv(self, conv) -> bool:
+        """Plan a dnn.Conv's shape once, before any capture; True when the library call adds
+        the bias itself (else the engine adds it with a GEMM)."""
+        raise LibraryUnavailable(f"{type(self).__name__} has no convolution library binding")
+
+    def conv(self, conv) -> None:
+        raise LibraryUnavailable(f"{type(self).__name__} has no convolution library binding")
 
     def prepare_gemm(self, gemm) -> None:
         """Plan a Gemm's shape once (descriptors, algorithm), before any capture."""

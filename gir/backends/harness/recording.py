@@ -14,6 +14,10 @@ every call recorded, so CI checks what the device runtime would do on a GPU (tes
   and batch-stride conventions as cuBLAS, so argument-order and layout mistakes fail; with
   cuBLASLt's epilogue (bias per row of D, C read apart from D, then ReLU/GELU), whose kinds the
   stand-in offers as the library of its dialect does (`epilogue_kinds`: hipBLAS none).
+- Convolutions (`conv_library`, on by default for the cuda dialect, as the CUDA launcher runs
+  them in cuDNN where it is installed) run through dnn.reference_conv, cuDNN's NC* convention;
+  `conv_bias=False` plays a cuDNN that cannot fuse the bias (the engine adds it by GEMM),
+  `conv_refuses(conv)` one that has no engine for a shape (the engine uses im2col for it).
 - Capture: between begin_capture and end_capture, launches and GEMMs are recorded into a
   graph and not executed (as CUDA stream capture); copies and syncs there are errors.
   replay(graph) executes it.
@@ -31,6 +35,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..blas import LIBRARY_EPILOGUE_KINDS, check_gemm, reference_gemm
+from ..dnn import check_conv, reference_conv
 from ..launcher_base import DeviceBuffer, Launcher
 from ..native_cache import cached_library
 from . import runner
@@ -80,8 +85,11 @@ class RecordingLauncher(Launcher):
     supports_capture = True
     library = "recording stand-in (numpy, cuBLAS conventions)"
 
-    def __init__(self, dialect: str = "cuda", execute: bool = True, capture: bool = True):
+    def __init__(self, dialect: str = "cuda", execute: bool = True, capture: bool = True,
+                 conv_library: bool | None = None, conv_bias: bool = True, conv_refuses=None):
         self.dialect, self.execute, self.supports_capture = dialect, execute, capture
+        self.conv_library = (dialect == "cuda") if conv_library is None else conv_library
+        self.conv_bias, self.conv_refuses = conv_bias, conv_refuses or (lambda conv: False)
         self.epilogue_kinds = LIBRARY_EPILOGUE_KINDS["cublaslt" if dialect == "cuda" else "hipblas"]
         self.allocations: dict[int, np.ndarray] = {}
         self._raw: dict[int, tuple[np.ndarray, int]] = {}
@@ -121,12 +129,35 @@ class RecordingLauncher(Launcher):
     def typed_at(self, ptr: int, count: int, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
         if ptr % dtype.itemsize:
-            raise AssertionError(f"gemm operand {ptr:#x} is not aligned to its {dtype} elements")
-        return self._memory(ptr, count * dtype.itemsize, "gemm operand").view(dtype)
+            raise AssertionError(f"library operand {ptr:#x} is not aligned to its {dtype} elements")
+        return self._memory(ptr, count * dtype.itemsize, "library operand").view(dtype)
 
     # -- the Launcher interface ---------------------------------------------------------------
     def check_library(self) -> None:
         pass
+
+    def open_conv(self):
+        return "recording stand-in (numpy, cuDNN conventions)" if self.conv_library else None
+
+    def prepare_conv(self, conv) -> bool:
+        assert self.conv_library, "a library conv on a stand-in without one"
+        self._no_capture("convolution planning")
+        check_conv(conv)
+        return None if self.conv_refuses(conv) else self.conv_bias
+
+    def _conv(self, c):
+        check_conv(c)
+        if c.bias and not self.conv_bias:
+            raise AssertionError("a conv with a bias the library was told it cannot fuse")
+        if self.execute:
+            reference_conv(c, self.typed_at)
+
+    def conv(self, c):
+        if self._capturing is not None:
+            self._capturing.append(("conv", c))
+        else:
+            self.events.append(("conv", c))
+            self._conv(c)
 
     def load(self, binary, kernel_name):
         return binary.source, kernel_name
@@ -247,6 +278,8 @@ class RecordingLauncher(Launcher):
         for op in graph:
             if op[0] == "launch":
                 self._launch(op[6], *op[2:6])
+            elif op[0] == "conv":
+                self._conv(op[1])
             else:
                 self._gemm(op[1])
 
