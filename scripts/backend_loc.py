@@ -5,7 +5,8 @@ Python strings, such as a prelude, counts), per registered backend folder under 
 and the shared modules every backend builds on separately. What a port may skip is counted apart
 from the port proper (OPTIONAL files): its own plan engine (how a whole plan runs with its
 memory resident; the shared step engine runs a plan otherwise), a calibration that measures
-the machine (nominal figures otherwise) and a profiler of its engine (`gir run --profile`). Prints Markdown tables:
+the machine (nominal figures otherwise), a profiler of its engine (`gir run --profile`) and a
+convolution library binding (im2col + GEMM otherwise). Prints Markdown tables:
 
     python scripts/backend_loc.py
 """
@@ -19,7 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ROOT / "gir" / "backends"
-OPTIONAL = ("engine.py", "calibration.py", "profile.py")  # its own plan engine, machine measurement, profiler
+# its own plan engine, machine measurement, profiler, and a vendor convolution library binding
+# (the device engine runs convolutions as im2col + GEMM without one)
+OPTIONAL = ("engine.py", "calibration.py", "profile.py", "conv_library.py")
 
 
 def ports() -> list[str]:
@@ -68,7 +71,7 @@ def code_lines(path: Path) -> int:
 
 
 def main() -> int:
-    print("| backend | port files | port lines | optional files (own engine, calibration, profiler) | lines | total |\n"
+    print("| backend | port files | port lines | optional files (own engine, calibration, profiler, conv library) | lines | total |\n"
           "| --- | --- | ---: | --- | ---: | ---: |")
     for name in ports():
         port, optional = split(name)

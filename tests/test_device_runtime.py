@@ -522,7 +522,7 @@ def test_the_cudnn_frontend_is_imported_without_torch(tmp_path, monkeypatch):
         (tmp_path / package / "__init__.py").write_text(body)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "cudnn", raising=False)
-    from gir.backends.cuda.launcher import _cudnn_frontend
+    from gir.backends.cuda.conv_library import _cudnn_frontend
     try:
         module = _cudnn_frontend()
         assert module.__file__.startswith(str(tmp_path)) and module.torch is None

@@ -13,23 +13,16 @@ workspace, fp32 in COMPUTE_32F (no silent TF32), fp16 accumulating in fp32, host
 A library matmul's epilogue is cuBLASLt's (blas.Gemm.epilogue: bias, ReLU, GELU; a residual
 as C with beta = 1, C and D apart): the EPILOGUE attribute is part of the descriptor's key,
 the bias pointer is set on the descriptor before each call (see `gemm`).
-Convolutions go to cuDNN 9 through its Python frontend's graph API (`open_conv`): one graph
-per shape (conv_fprop, plus the bias where an engine fuses it), heuristics A then FALLBACK,
-no engine that computes in less than the data's precision (no TF32 for fp32: see
-`_inexact_notes`), planned before capture, executed on the launcher's stream with a
-workspace kept for the launcher's life; without cuDNN, the engine runs them as im2col +
-cuBLASLt. Run on an H100 (2026-11-25, results/bench_gpu.md): the seven zoo models match
-onnxruntime, and the gpu-marked tests pass, epilogues and graph replay included; cuDNN ran on
-an H200 (2026-11-26) before TF32 engines were excluded, which no GPU has run yet. CI checks
-the calls through the recording stand-in, which executes them with the libraries' conventions.
+Convolutions go to cuDNN 9 through its Python frontend (`open_conv`, conv_library.py: one
+graph per shape, no TF32 for fp32, planned before capture); without cuDNN, the engine runs
+them as im2col + cuBLASLt. Run on an H100 (2026-11-25, results/bench_gpu.md): the seven zoo
+models match onnxruntime, and the gpu-marked tests pass, epilogues and graph replay included.
+CI checks the calls through the recording stand-in, which executes them with the libraries'
+conventions.
 """
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-import glob
-import os
-import sys
 
 import numpy as np
 
@@ -37,6 +30,7 @@ from ..blas import LIBRARY_EPILOGUE_KINDS
 from ..errors import LibraryUnavailable, NoDeviceError
 from ..launcher_base import DeviceBuffer, Launcher, c_arg, dims3
 from .compiler import CudaBinary
+from .conv_library import CudnnConvolutions
 
 
 def _driver():
@@ -70,10 +64,7 @@ class CudaLauncher(Launcher):
         self._module_of: dict[int, tuple] = {}  # id(CudaBinary) -> (the binary, kept alive; its module)
         self._stream = self._ck(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
         self._lt = None
-        self._dnn = None  # (cudnn frontend module, handle) once open_conv succeeded
-        self._conv_plans: dict = {}  # Conv.shape_key -> (built graph or None, prepare_conv's answer)
-        self.conv_refusals: list[str] = []  # shapes cuDNN had no engine for, and why
-        self._conv_workspaces: list = []  # every workspace ever used stays alive: graphs hold them
+        self._convs = None  # CudnnConvolutions once open_conv was asked
         self._plans: dict = {}
         self._pinned: list = []
         self._graphs: list = []
@@ -229,80 +220,23 @@ class CudaLauncher(Launcher):
         lt.matmul(handle, desc, scale[0:].ctypes.data, g.a, a, g.b, b, scale[1:].ctypes.data, g.c_in or g.c, c, g.c, c,
                   algo.ctypes.data, workspace.ptr, self.WORKSPACE, int(self._stream))
 
-    # -- convolutions in cuDNN --------------------------------------------------------------
+    # -- convolutions in cuDNN (conv_library.py) ---------------------------------------------
     def open_conv(self) -> str | None:
-        if self._dnn is not None:
-            return self.conv_library
-        try:
-            cudnn = _cudnn_frontend()
-            handle = cudnn.create_handle()
-            cudnn.set_stream(handle=handle, stream=int(self._stream))
-        except Exception as e:  # noqa: BLE001 -- not installed, libcudnn not found, or it cannot start
-            self.conv_note = (f"cuDNN unavailable: {str(e).splitlines()[0] if str(e) else type(e).__name__}; "
-                              f"pip install 'gir[cuda]' installs it")
-            return None
-        self._dnn = (cudnn, handle)
-        self.conv_library = f"cudnn {cudnn.backend_version_string()} (frontend {cudnn.__version__})"
-        return self.conv_library
-
-    def _conv_graph(self, c, with_bias: bool):
-        """(graph, x, w, y, bias tensor or None, workspace bytes), or the reason cuDNN refused."""
-        cudnn, handle = self._dnn
-        dtype = {"float32": cudnn.data_type.FLOAT, "float16": cudnn.data_type.HALF,
-                 "bfloat16": cudnn.data_type.BFLOAT16}[c.dtype]
-        f32 = cudnn.data_type.FLOAT
-        x_shape, w_shape, y_shape, pre, post, strides, dilations = _at_least_2d(c)
-        try:
-            graph = cudnn.pygraph(io_data_type=dtype, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
-            x = graph.tensor(name="x", dim=list(x_shape), stride=_row_major(x_shape), data_type=dtype)
-            w = graph.tensor(name="w", dim=list(w_shape), stride=_row_major(w_shape), data_type=dtype)
-            y = graph.conv_fprop(image=x, weight=w, pre_padding=list(pre), post_padding=list(post),
-                                 stride=list(strides), dilation=list(dilations), compute_data_type=f32, name="conv")
-            bias = None
-            if with_bias:
-                bias_shape = [1, w_shape[0]] + [1] * (len(x_shape) - 2)
-                bias = graph.tensor(name="bias", dim=bias_shape, stride=_row_major(bias_shape), data_type=dtype)
-                y = graph.bias(input=y, bias=bias, compute_data_type=f32, name="add_bias")
-            y.set_output(True).set_data_type(dtype).set_dim(list(y_shape)).set_stride(_row_major(y_shape))
-            graph.validate()
-            graph.build_operation_graph()
-            graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-            graph.deselect_numeric_notes(_inexact_notes(cudnn, c.dtype))
-            graph.check_support()
-            graph.build_plans()
-        except Exception as e:  # noqa: BLE001 -- cudnnGraphNotSupportedError or a cuDNN status
-            return str(e).splitlines()[0] if str(e) else type(e).__name__
-        return graph, x, w, y, bias, graph.get_workspace_size()
+        if self._convs is None:
+            self._convs = CudnnConvolutions(int(self._stream), self.alloc)
+        if self._convs.library is None:
+            self.conv_note = self._convs.note
+        return self._convs.library
 
     def prepare_conv(self, c) -> bool | None:
-        """cuDNN's graph for this shape, once: with the bias when an engine fuses it (True),
-        else the plain convolution, also kept under the bias-free shape (False); None when
-        cuDNN has no engine for it (the refusal is kept in `conv_refusals`)."""
-        if c.shape_key in self._conv_plans:
-            return self._conv_plans[c.shape_key][1]
-        built = self._conv_graph(c, with_bias=bool(c.bias))
-        if isinstance(built, str) and c.bias:  # the plain convolution, the bias by GEMM after it
-            self.conv_refusals.append(f"x {c.x_shape}, w {c.w_shape} with its bias: {built}")
-            fits = None if self.prepare_conv(dataclasses.replace(c, bias=0)) is None else False
-            self._conv_plans[c.shape_key] = (None, fits)
-            return fits
-        if isinstance(built, str):
-            self.conv_refusals.append(f"x {c.x_shape}, w {c.w_shape}: {built}")
-            self._conv_plans[c.shape_key] = (None, None)
-            return None
-        need = built[-1]
-        if need and (not self._conv_workspaces or self._conv_workspaces[-1].nbytes < need):
-            self._conv_workspaces.append(self.alloc(need))
-        self._conv_plans[c.shape_key] = (built, True)
-        return True
+        return self._convs.prepare(c)
 
     def conv(self, c) -> None:
-        (graph, x, w, y, bias, need), _ = self._conv_plans[c.shape_key]
-        cudnn, handle = self._dnn
-        pack = {x: c.x, w: c.w, y: c.y}
-        if bias is not None:
-            pack[bias] = c.bias
-        graph.execute(pack, self._conv_workspaces[-1].ptr if need else 0, handle=handle)
+        self._convs.run(c)
+
+    @property
+    def conv_refusals(self) -> list[str]:
+        return self._convs.refusals if self._convs else []
 
     def host_array(self, nbytes: int) -> np.ndarray:
         ptr = int(self._ck(self._d.cuMemAllocHost(max(1, nbytes))))
@@ -348,14 +282,9 @@ class CudaLauncher(Launcher):
             lt.destroy(handle)
             self.free(workspace)
             self._lt = None
-        if self._dnn is not None:
-            cudnn, handle = self._dnn
-            self._conv_plans.clear()
-            cudnn.destroy_handle(handle)
-            self._dnn = None
-        for workspace in self._conv_workspaces:
-            self.free(workspace)
-        self._conv_workspaces.clear()
+        if self._convs is not None:
+            self._convs.close(self.free)
+            self._convs = None
         for ptr in self._pinned:
             d.cuMemFreeHost(ptr)
         self._pinned.clear()
@@ -365,62 +294,6 @@ class CudaLauncher(Launcher):
         self._module_of.clear()
         d.cuStreamDestroy(self._stream)
         d.cuDevicePrimaryCtxRelease(self._dev)
-
-
-def _inexact_notes(cudnn, dtype: str) -> list:
-    """cuDNN engines GIR does not use: any that accumulates in less than fp32, and for fp32
-    data the tensor-core (TF32) and down-converting ones, as cuBLASLt runs COMPUTE_32F. With
-    cuDNN's default engines on an H200 (2026-11-26) fp32 models differed from onnxruntime by
-    up to 4.5e-4 (ShuffleNet; SAR-DRN 1.3e-4, RedNet-50 2.8e-4) against 2e-7 through
-    im2col + cuBLASLt. A shape left with no engine runs as im2col + GEMM."""
-    notes = [cudnn.numerical_note.REDUCED_PRECISION_REDUCTION]
-    if dtype == "float32":
-        notes += [cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS]
-    return notes
-
-
-def _row_major(shape) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return strides[::-1]
-
-
-def _at_least_2d(c):
-    """cuDNN's graph convolutions are 2-D or 3-D: a 1-D one gets a unit trailing axis."""
-    geometry = (c.x_shape, c.w_shape, c.y_shape, c.pre_pads, c.post_pads, c.strides, c.dilations)
-    if len(c.x_shape) > 3:
-        return geometry
-    x, w, y, pre, post, strides, dilations = geometry
-    return x + (1,), w + (1,), y + (1,), pre + (0,), post + (0,), strides + (1,), dilations + (1,)
-
-
-def _cudnn_frontend():
-    """The cuDNN frontend module with libcudnn loaded. The frontend looks for libcudnn only in
-    the interpreter's own site-packages; the library is loaded first from wherever
-    nvidia-cudnn-cu13 is on sys.path (a --target or user install, a virtual environment).
-
-    Its package imports torch when torch is installed (for its torch-tensor conveniences, which
-    GIR does not use: it passes device pointers and cuDNN's own types). That import costs
-    seconds at Session creation, and on an H200 (2026-11-26) it failed inside a Session built
-    from the compile cache ("partially initialized module 'torch'"), so torch is kept out of
-    it: unless torch is already imported, `import torch` fails while cudnn is imported."""
-    for entry in sys.path:
-        found = sorted(glob.glob(os.path.join(entry or ".", "nvidia", "cudnn", "lib", "libcudnn.so.9")))
-        if found:
-            ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
-            break
-    if "cudnn" in sys.modules or "torch" in sys.modules:
-        import cudnn
-        return cudnn
-    sys.modules["torch"] = None  # `import torch` raises ImportError meanwhile
-    try:
-        import cudnn
-    finally:
-        if sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
-    return cudnn
 
 
 Launcher = CudaLauncher  # the backend-neutral name callers use
