@@ -5,6 +5,11 @@ ridge and is lowered into basic operators; a GEMM above it stays a library call.
 
 Memory-intensive ops then form maximal convex subgraphs: connected through tensors, and no
 path leaves a subgraph through a library op and comes back.
+
+On targets that say how their libraries run a call (`Target.extra["library_calls"]`: the GPU
+presets) each decision also carries the library call's modelled time, so that the planner can
+give back to the library an op whose lowered kernels the time model finds far slower
+(plan.py `_back_to_library`; `partition(..., library=...)` takes those ops and their reason).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ class Decision:
     bytes: int
     reason: str
     epilogue: str = ""  # what the library call absorbed (gir/fusion/epilogue.py), "" for nothing
+    library_s: float | None = None  # modelled library call + a round trip of its output (None: no model)
 
     @property
     def intensity(self) -> float:
@@ -60,7 +66,31 @@ def op_cost(op: BasicOp, graph: BasicGraph) -> tuple[int, int]:
     return 2 * out.size * prod(w[1:]), nbytes
 
 
-def partition(graph: BasicGraph, target: Target) -> Partition:
+def library_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
+    """Modelled time of `op` as a library call, plus writing and re-reading its output once (the
+    epilogue a fused GIR kernel would have kept in registers), or None where the target does not
+    describe its library calls. FLOPs at the dtype's peak (the ridge point's), bytes at the
+    achievable copy bandwidth, one launch each; an im2col conv ("convs": "im2col") also writes
+    and reads its column matrix."""
+    how = target.extra.get("library_calls")
+    if not how:
+        return None
+    flops, nbytes = op_cost(op, graph)
+    t = graph.tensors
+    out = t[op.outputs[0]]
+    size = itemsize(out.dtype)
+    if op.kind == "conv" and how.get("convs") == "im2col":
+        x, w = t[op.inputs[0]], t[op.inputs[1]]
+        nbytes += 2 * x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(out.shape[2:]) * size
+    bandwidth = target.dram_bandwidth * target.timing.copy_efficiency
+    peak = target.ridge_point(t[op.inputs[0]].dtype) * target.dram_bandwidth
+    call = max(flops / peak, nbytes / bandwidth) + target.launch_latency_s
+    return call + 2 * out.size * size / bandwidth + target.launch_latency_s
+
+
+def partition(graph: BasicGraph, target: Target, library: dict[str, str] | None = None) -> Partition:
+    """`library`: op name -> why, for ops below the ridge that go to the library anyway."""
+    library_given = library or {}
     graph = copy.copy(graph)
     graph.ops, graph.tensors = list(graph.ops), dict(graph.tensors)
     decisions, library = [], []
@@ -73,6 +103,9 @@ def partition(graph: BasicGraph, target: Target) -> Partition:
         ridge = target.ridge_point(dtype)
         above = intensity >= ridge
         reason = f"{intensity:.1f} FLOP/B {'>=' if above else '<'} {dtype} ridge {ridge:.1f} FLOP/B of {target.name}"
+        library_s = library_seconds(op, graph, target)
+        if not above and op.name in library_given:
+            above, reason = True, f"{reason}, but {library_given[op.name]}"
         lowered = None
         if not above:
             tensors = dict(graph.tensors)
@@ -81,7 +114,7 @@ def partition(graph: BasicGraph, target: Target) -> Partition:
             except FrontendError as err:  # e.g. a half-precision conv just below the matrix-peak ridge whose
                 graph.tensors = tensors   # window tensor exceeds the planner's tensor limit: the library keeps it
                 above, reason = True, f"{reason}, but lowering it fails ({str(err).rsplit(': ', 1)[-1][:200]})"
-        decisions.append(Decision(op.name, above, flops, nbytes, reason))
+        decisions.append(Decision(op.name, above, flops, nbytes, reason, library_s=library_s))
         if above:
             library.append(op)
         else:

@@ -99,9 +99,61 @@ def _nbytes(graph: BasicGraph, names) -> int:
 def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache=None) -> Plan:
     """`limit`: parallel structures tried per group (deterministic order). `progress(i, n, text)`
     is called once per subgraph. `cache`: a mapping from a group's structure key to its searched
-    and rewritten kernel; a persistent one makes a second compile skip the search."""
+    and rewritten kernel; a persistent one makes a second compile skip the search. Where the
+    time model finds a lowered matmul or conv far slower than its library call
+    (`_back_to_library`), the model is planned once more with those ops in the library."""
     start = time.perf_counter()
-    part = partition(_fold_shape_only(graph), target)
+    cache = {} if cache is None else cache
+    result = _plan_once(graph, target, limit, progress, cache, {})
+    back = _back_to_library(result, target)
+    if back:
+        result = _plan_once(graph, target, limit, progress, cache, back)
+    result.search_seconds = time.perf_counter() - start
+    return result
+
+
+# A lowered op goes back to the library when its GIR kernels are modelled at more than this many
+# times the library call plus a round trip of its output. The GIR side of the model tracked the
+# measured kernels within 1.5x on an H200 (SAR-DRN's lowered 1 -> 64 channel 3x3 conv: 608 us
+# modelled, 421 us measured; EfficientNet-B0's stem 60 / 59 us; results/bench_gpu_h200.md).
+# On H100, GPT-2 decode's lowered matmuls (its GEMVs ran at 84% of the copy bandwidth on the
+# H200) model at 1.1-2.5x their library calls and BERT's attention products at 3.6x together;
+# the ops given back model at 6.4-30x (SAR-DRN, EfficientNet-B0, RedNet-50, ShuffleNet, ViT's
+# attention products). Whether the library then is faster is not yet measured on a GPU.
+LIBRARY_MARGIN = 4.0
+
+
+def _back_to_library(result: Plan, target: Target) -> dict[str, str]:
+    """Lowered matmuls/convs (op name -> why) whose kernels the time model puts at more than
+    LIBRARY_MARGIN x their library calls (`Decision.library_s`; targets without a library model
+    have none). Ops that share a kernel (an attention kernel holds both of a layer's products)
+    are judged together, with every kernel that holds any of them, so those kernels go away whole."""
+    lowered = {d.op: d for d in result.partition.decisions if not d.library and d.library_s}
+    if not lowered:
+        return {}
+    joined = nx.Graph()
+    holding = []  # (kernel, the lowered ops it holds)
+    for k in result.kernels:
+        mine = sorted(n for n in lowered if any(o == n or o.startswith(n + "/") for o in k.ops))
+        if mine:
+            holding.append((k, mine))
+            joined.add_nodes_from(mine)
+            joined.add_edges_from(zip(mine, mine[1:]))
+    back = {}
+    for ops in nx.connected_components(joined):
+        gir_s = sum(k.estimate.seconds for k, mine in holding if ops & set(mine))
+        library_s = sum(lowered[n].library_s for n in ops)
+        if gir_s > LIBRARY_MARGIN * library_s:
+            what, calls = (("its GIR kernels model", "a library call with its output") if len(ops) == 1 else
+                           (f"the GIR kernels it shares with {len(ops) - 1} more lowered op{'s' if len(ops) > 2 else ''} model",
+                            "library calls with their outputs"))
+            for n in ops:
+                back[n] = f"{what} at {gir_s * 1e6:.1f} us against {library_s * 1e6:.1f} us as {calls} written and read once"
+    return back
+
+
+def _plan_once(graph: BasicGraph, target: Target, limit: int, progress, cache, library: dict[str, str]) -> Plan:
+    part = partition(_fold_shape_only(graph), target, library)
     given_graph, given_subgraphs = part.graph, part.subgraphs
     g, subgraphs = compose_elementwise_runs(part.graph, part.subgraphs)
     g, subgraphs = pooling_before_monotone_ops(g, subgraphs)
@@ -110,7 +162,6 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     g, subgraphs = recompute_cheap_producers(g, subgraphs, target)  # windows reorder split into single views
     part = replace(part, graph=g, subgraphs=subgraphs)
     result = Plan(g, target, part, [])
-    cache = {} if cache is None else cache
     lowers = lowering_check(target)
     for i, (ops, given) in enumerate(zip(part.subgraphs, given_subgraphs)):
         if progress:
@@ -119,7 +170,6 @@ def plan(graph: BasicGraph, target: Target, limit: int = 6, progress=None, cache
     result.steps = _order(g, part.library, result.kernels, result.aliases)
     pruned = without_dead_constants(result)
     result.graph, result.partition = pruned, replace(result.partition, graph=pruned)
-    result.search_seconds = time.perf_counter() - start
     return result
 
 

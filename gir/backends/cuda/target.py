@@ -21,13 +21,17 @@ typically batches before the first use, and a __syncthreads of a few dozen clock
 largest per-block allocation.
 
 Library epilogues: a bias, a residual and a ReLU after a library matmul run in its cuBLASLt
-call (blas.CUBLASLT_EPILOGUES: what cuBLASLt applies, in its order).
+call (blas.CUBLASLT_EPILOGUES: what cuBLASLt applies, in its order). Library calls: matmuls in
+cuBLASLt, convolutions in cuDNN without an im2col matrix (`library_calls`, which the partition's
+time check reads; without cuDNN installed the runtime falls back to im2col, not modelled).
 """
 from dataclasses import replace
 
 from gir.ir.target import GPU_LAUNCH_S, Timing, gpu_target
 
 from ..blas import CUBLASLT_EPILOGUES
+
+CUDA_CALLS = {"convs": "direct"}
 
 H100_TIMING = Timing(clock_hz=1.98e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
                      copy_efficiency=0.92, cache_bandwidth=5.5e12, max_blocks_per_processor=32,
@@ -40,7 +44,7 @@ A100_TIMING = Timing(clock_hz=1.41e9, issue_per_clock=4, alu_latency_cycles=4, d
 
 A100 = replace(gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
                   1.555e12, 19.5e12, 19.5e12, 312e12, "A100-SXM4-40GB; 48 KiB static shared, 163 KiB opt-in",
-                  A100_TIMING, GPU_LAUNCH_S), extra={"library_epilogues": CUBLASLT_EPILOGUES})
+                  A100_TIMING, GPU_LAUNCH_S), extra={"library_epilogues": CUBLASLT_EPILOGUES, "library_calls": CUDA_CALLS})
 H100 = replace(gpu_target("H100", "cuda", "sm_90", "warp", 32, 32, 132, 255, 227 * 1024,
                   3.35e12, 31e12, 67e12, 989e12, "H100-SXM5-80GB", H100_TIMING, GPU_LAUNCH_S),
-                extra={"library_epilogues": CUBLASLT_EPILOGUES})
+                extra={"library_epilogues": CUBLASLT_EPILOGUES, "library_calls": CUDA_CALLS})

@@ -1,0 +1,114 @@
+"""The partition's time check (gir/fusion/plan.py `_back_to_library`): on the GPU presets, which
+model their library calls (`Target.extra["library_calls"]`), a matmul or conv below the ridge
+point goes back to the library when its lowered GIR kernels model at more than LIBRARY_MARGIN x
+the library call plus a round trip of its output, and the decision says so. Targets without a
+library model (the CPU) keep the ridge rule alone."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gir.frontend import load
+from gir.fusion.partition import library_seconds
+from gir.fusion.plan import LIBRARY_MARGIN, _back_to_library, plan
+from gir.ir import get_target
+from gir.runtime.executor import execute
+
+
+def _conv_relu(channels_in=1, channels_out=64, size=128):
+    """SAR-DRN's first layer: a 3x3 conv from one channel to 64, then ReLU (4.5 FLOP/B, far
+    below the H100's fp32 ridge of 20)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((channels_out, channels_in, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(channels_out).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "conv_relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels_in, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels_out, size, size])],
+                              [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _gemv(k=768, n=3072):
+    """GPT-2 decode's MLP matmul: one row against a weight (a GEMV, 0.5 FLOP/B)."""
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((k, n)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "gemv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _decision(p, name):
+    (d,) = [d for d in p.partition.decisions if d.op == name]
+    return d
+
+
+def test_a_slow_lowered_conv_goes_back_to_the_library_on_the_gpu():
+    model = _conv_relu()
+    p = plan(load(model), get_target("h100"), limit=1)
+    d = _decision(p, "conv")
+    assert d.library and d.intensity < get_target("h100").ridge_point()
+    assert "but its GIR kernels model at" in d.reason and "as a library call" in d.reason
+    assert [s.kind for s in p.steps if hasattr(s, "kind")] == ["conv"]
+    # the plan still computes the model: the library conv, then ReLU as a GIR kernel
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 1, 128, 128)).astype(np.float32)}
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    (got,) = execute(p, feeds).values()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_cpu_keeps_the_ridge_rule():
+    p = plan(load(_conv_relu(size=32)), get_target("cpu"), limit=1)
+    d = _decision(p, "conv")
+    assert not d.library and d.library_s is None and _back_to_library(p, get_target("cpu")) == {}
+
+
+@pytest.mark.parametrize("target", ["h100", "mi250x"])
+def test_a_gemv_near_the_copy_bandwidth_stays_in_gir(target):
+    t = get_target(target)
+    p = plan(load(_gemv()), t, limit=1)
+    d = _decision(p, "mm")
+    assert not d.library and d.library_s is not None
+    gir = sum(k.estimate.seconds for k in p.kernels)
+    assert gir < LIBRARY_MARGIN * d.library_s
+
+
+def test_library_seconds_counts_the_im2col_matrix_where_the_library_needs_one():
+    """hipBLAS runs a conv as im2col + GEMM: the column matrix is written and read once more.
+    This conv is bytes-bound either way, so the difference is those bytes at copy bandwidth."""
+    from dataclasses import replace
+    g = load(_conv_relu())
+    (conv,) = [op for op in g.ops if op.kind == "conv"]
+    mi = get_target("mi250x")
+    direct = replace(mi, extra={"library_calls": {"convs": "direct"}})
+    col = 2 * 9 * 128 * 128 * 4
+    difference = library_seconds(conv, g, mi) - library_seconds(conv, g, direct)
+    assert difference == pytest.approx(col / (mi.dram_bandwidth * mi.timing.copy_efficiency))
+    assert library_seconds(conv, g, get_target("cpu")) is None
+
+
+def _attention(heads=12, seq=197, dim=64):
+    """One ViT-B/16 attention core: softmax(Q K^T / 8) V over inputs Q, K^T and V."""
+    scale = numpy_helper.from_array(np.array(0.125, np.float32), "scale")
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+             helper.make_node("Mul", ["s", "scale"], ["z"], name="scaled"),
+             helper.make_node("Softmax", ["z"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "v"], ["o"], name="context")]
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("q", f, [1, heads, seq, dim]),
+              helper.make_tensor_value_info("kt", f, [1, heads, dim, seq]),
+              helper.make_tensor_value_info("v", f, [1, heads, seq, dim])]
+    graph = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("o", f, [1, heads, seq, dim])],
+                              [scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_ops_that_share_a_kernel_go_back_together():
+    """ViT's two attention products fuse into one GIR kernel; judged together against their two
+    library calls, both go back (the softmax stays a GIR kernel between them)."""
+    p = plan(load(_attention()), get_target("h100"), limit=1)
+    scores, context = _decision(p, "scores"), _decision(p, "context")
+    assert scores.library and context.library
+    assert "the GIR kernels it shares with 1 more lowered op model at" in scores.reason
+    assert [s.kind for s in p.steps if hasattr(s, "kind")] == ["matmul", "matmul"]
