@@ -258,11 +258,14 @@ def gpu_report(results: dict) -> str:
         "the ceiling below.\n",
         markdown_table(("model", "GIR ms", "GIR kernels only ms", "GIR kernels GB/s", "torch eager ms",
                         "torch.compile ms", "GIR/eager", "GIR/compile", "GIR max rel err", "note"), latency),
-        "Library paths, and GIR with its convolutions as im2col + cuBLASLt instead (GIR_DEVICE_CONV=im2col, "
-        "same plan):\n",
-        markdown_table(("model", "library path", "GIR ms", "GIR ms, convs as im2col"),
+        "Library paths; GIR with its convolutions as im2col + cuBLASLt instead (GIR_DEVICE_CONV=im2col, "
+        "same plan); and GIR planned by the ridge rule alone, without the time check that gives slow lowered "
+        "ops back to the library (given back: how many):\n",
+        markdown_table(("model", "library path", "GIR ms", "GIR ms, convs as im2col", "given back",
+                        "GIR ms, ridge rule alone"),
                        [[r["model"], r["gpu"].get("library_path", "-"), number(r["gpu"].get("gir_ms"), ".2f"),
-                         number(r["gpu"].get("gir_im2col_ms"), ".2f")] for r in rows]),
+                         number(r["gpu"].get("gir_im2col_ms"), ".2f"), str(r["gpu"].get("given_back", "-")),
+                         number(r["gpu"].get("gir_ridge_only_ms"), ".2f")] for r in rows]),
         f"The {TOP_KERNELS} largest kernels (modelled DRAM bytes) of each model:\n",
         markdown_table(("model", "kernel", "launches", "MB", "us", "GB/s", "of copy"), kernels),
         GPU_NOTES])

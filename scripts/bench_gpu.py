@@ -110,6 +110,9 @@ class Gpu:
                   "library_path": session.engine.library_path}
         if session.engine.library_convs:  # the same plan with its convs as im2col + cuBLASLt
             result.update(self.im2col_latency(model, feeds, reference, target, limit))
+        result["given_back"] = sum(d.given_back for d in session.plan.partition.decisions)
+        if result["given_back"]:  # the plan of the ridge rule alone, against the time check's
+            result.update(self.ridge_only_latency(model, feeds, reference, target, limit))
         result.update(self.torch_latencies(model, feeds, reference))
         return result
 
@@ -123,6 +126,23 @@ class Gpu:
                     "gir_im2col_max_rel_err": errors(got, reference)[1]}
         finally:
             del os.environ["GIR_DEVICE_CONV"]
+
+    def ridge_only_latency(self, model, feeds: dict, reference: list, target: str, limit: int) -> dict:
+        """The session planned without the partition's time check (gir/fusion/plan.py
+        `_back_to_library`): its target without the library-call model, which also keys the
+        session cache apart."""
+        from dataclasses import replace
+        from gir.runtime import session as session_module
+        real = session_module.get_target
+        session_module.get_target = lambda name: replace(
+            real(name), extra={k: v for k, v in real(name).extra.items() if k != "library_calls"})
+        try:
+            session = gir.Session(model, target=target, limit=limit)
+            got = session.run(None, feeds)
+            return {"gir_ridge_only_ms": median_ms(lambda: session.run(None, feeds), self.runs),
+                    "gir_ridge_only_max_rel_err": errors(got, reference)[1]}
+        finally:
+            session_module.get_target = real
 
     def torch_latencies(self, model, feeds: dict, reference: list) -> dict:
         try:

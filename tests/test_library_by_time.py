@@ -48,7 +48,7 @@ def test_a_slow_lowered_conv_goes_back_to_the_library_on_the_gpu():
     model = _conv_relu()
     p = plan(load(model), get_target("h100"), limit=1)
     d = _decision(p, "conv")
-    assert d.library and d.intensity < get_target("h100").ridge_point()
+    assert d.library and d.given_back and d.intensity < get_target("h100").ridge_point()
     assert "but its GIR kernels model at" in d.reason and "as a library call" in d.reason
     assert [s.kind for s in p.steps if hasattr(s, "kind")] == ["conv"]
     # the plan still computes the model: the library conv, then ReLU as a GIR kernel
@@ -61,7 +61,8 @@ def test_a_slow_lowered_conv_goes_back_to_the_library_on_the_gpu():
 def test_the_cpu_keeps_the_ridge_rule():
     p = plan(load(_conv_relu(size=32)), get_target("cpu"), limit=1)
     d = _decision(p, "conv")
-    assert not d.library and d.library_s is None and _back_to_library(p, get_target("cpu")) == {}
+    assert not d.library and not d.given_back and d.library_s is None
+    assert _back_to_library(p, get_target("cpu")) == {}
 
 
 @pytest.mark.parametrize("target", ["h100", "mi250x"])

@@ -40,6 +40,7 @@ class Decision:
     reason: str
     epilogue: str = ""  # what the library call absorbed (gir/fusion/epilogue.py), "" for nothing
     library_s: float | None = None  # modelled library call + a round trip of its output (None: no model)
+    given_back: bool = False  # below the ridge, in the library by the planner's time check
 
     @property
     def intensity(self) -> float:
@@ -104,7 +105,8 @@ def partition(graph: BasicGraph, target: Target, library: dict[str, str] | None 
         above = intensity >= ridge
         reason = f"{intensity:.1f} FLOP/B {'>=' if above else '<'} {dtype} ridge {ridge:.1f} FLOP/B of {target.name}"
         library_s = library_seconds(op, graph, target)
-        if not above and op.name in library_given:
+        given_back = not above and op.name in library_given
+        if given_back:
             above, reason = True, f"{reason}, but {library_given[op.name]}"
         lowered = None
         if not above:
@@ -114,7 +116,7 @@ def partition(graph: BasicGraph, target: Target, library: dict[str, str] | None 
             except FrontendError as err:  # e.g. a half-precision conv just below the matrix-peak ridge whose
                 graph.tensors = tensors   # window tensor exceeds the planner's tensor limit: the library keeps it
                 above, reason = True, f"{reason}, but lowering it fails ({str(err).rsplit(': ', 1)[-1][:200]})"
-        decisions.append(Decision(op.name, above, flops, nbytes, reason, library_s=library_s))
+        decisions.append(Decision(op.name, above, flops, nbytes, reason, library_s=library_s, given_back=given_back))
         if above:
             library.append(op)
         else:
