@@ -1,8 +1,8 @@
 """cuda:sm_90 plans of the zoo in fp32, fp16 and bf16 (models.build(name, dtype=...)): what the
 partition sends to the library at each dtype's ridge point, the DRAM bytes GIR's kernels move
 (the plan's modelled footprint, as `gir explain --json` reports it per subgraph) and the library
-ops' operand and result bytes, and the share of the kernels' DRAM access bytes that move in
-16-byte (128-bit) accesses. Static: planned here, no GPU.
+ops' operand and result bytes, and the share of the kernels' DRAM access bytes (each unit's
+distinct elements) that move in 16-byte (128-bit) accesses. Static: planned here, no GPU.
 
     PYTHONPATH=. python scripts/half_precision_plans.py [--tiny] [--limit 2] [--out FILE] [MODEL ...]
 
@@ -26,7 +26,7 @@ from gir.fusion.plan import plan
 from gir.ir.dtypes import itemsize
 from gir.ir.gops import Move
 from gir.ir.target import DRAM, get_target
-from gir.ir.vector_access import vector_width
+from gir.ir.vector_access import unit_dram_bytes, vector_width
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -41,7 +41,7 @@ def measure(name: str, dtype: str, tiny: bool, target_name: str, limit: int) -> 
         for _, op in k.graph.ops():
             bufs = k.graph.buffers
             if isinstance(op, Move) and DRAM in (bufs[op.src.buffer].level, bufs[op.dst.buffer].level):
-                n = op.dst.size * k.graph.prim.num_units * itemsize(bufs[op.dst.buffer].dtype)
+                n = unit_dram_bytes(op, bufs) * k.graph.prim.num_units
                 access += n
                 if vector_width(op, bufs) * itemsize(bufs[op.dst.buffer].dtype) >= 16:
                     wide += n
@@ -72,7 +72,9 @@ def table(rows: list[dict], tiny: bool, target: str, limit: int) -> str:
     lines += ["", f"gir.fusion.plan.plan(graph, {target}, limit={limit}). GIR DRAM MB: the kernels' modelled DRAM "
               "footprint (sum of kernel estimates' dram_bytes); library op MB: operands and results of the ops the "
               "partition leaves to the library (cuBLASLt), each counted once per op; DRAM access MB: bytes the "
-              "kernels' DRAM Moves access (re-reads counted); 128-bit share: of those, the bytes moved by 16-byte "
+              "kernels' DRAM Moves move, each unit's distinct elements once (a per-channel operand every lane "
+              "reads counts one element per unit; re-reads by several units counted); 128-bit share: of those, "
+              "the bytes moved by 16-byte "
               "vector accesses (gir/ir/vector_access.py). Static figures, no GPU. "
               f"{platform.machine()}, {os.cpu_count()} cores (shared), {date.today().isoformat()}.", ""]
     return "\n".join(lines)

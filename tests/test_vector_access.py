@@ -78,3 +78,22 @@ def test_hiprtc_compiles_the_vector_path():
     _, _, cands = _candidates((4, 512), "mi250x")
     c = next(c for c in cands if "const float4 v" in _source(c.graph, HipEmitter))
     assert compile_hip(_source(c.graph, HipEmitter), "gfx90a").code
+
+
+def test_a_broadcast_operand_counts_its_distinct_elements_once_per_unit():
+    """x * scale[row] with 16-byte accesses for x and y: the row's scale is one address per
+    unit, so the wide share is x's and y's bytes over those plus one scale element per unit."""
+    shape = (4, 512)
+    ts = {"a": tt.T("a", shape), "s": tt.T("s", (4, 1)), "y": tt.T("y", shape)}
+    op = tt.ew("scale", Input(0) * Input(1), [ts["a"], ts["s"]], shape)
+    checked = 0
+    for c in candidates(op, ts, get_target("h100")).candidates:
+        graph = optimize(c.graph)[0]
+        moves = [o for _, o in graph.ops() if isinstance(o, Move)]
+        widths = {(o.src if o.src.buffer in ("a", "s") else o.dst).buffer: vector_width(o, graph.buffers) for o in moves}
+        if widths != {"a": 4, "s": 1, "y": 4}:
+            continue
+        per_unit = c.params["chunk"] * c.params.get("rows", 1)
+        assert wide_share(graph) == pytest.approx(2 * per_unit / (2 * per_unit + 1))
+        checked += 1
+    assert checked

@@ -44,14 +44,23 @@ def vector_width(op, buffers: dict) -> int:
     return vec
 
 
+def unit_dram_bytes(op, buffers: dict) -> int:
+    """Bytes a DRAM <-> register Move moves for one unit: its DRAM slice's distinct elements
+    (a broadcast operand read by every lane from one address counts once)."""
+    dram = op.src if buffers[op.src.buffer].level == DRAM else op.dst
+    return len(np.unique(dram.pattern)) * itemsize(buffers[dram.buffer].dtype)
+
+
 def wide_share(graph) -> float:
-    """Share of the DRAM bytes a graph's Moves access that vector accesses move (0..1)."""
+    """Share of the DRAM bytes a graph's Moves move that vector accesses move (0..1): per Move,
+    the distinct DRAM elements one unit touches, so a broadcast operand (a per-channel scale
+    read by every lane of a unit from one address) counts once per unit, not once per lane."""
     buffers = graph.buffers
     total = wide = 0
     for _, op in graph.ops():
         if not isinstance(op, Move) or DRAM not in (buffers[op.src.buffer].level, buffers[op.dst.buffer].level):
             continue
-        nbytes = op.dst.size * itemsize(buffers[op.dst.buffer].dtype)
+        nbytes = unit_dram_bytes(op, buffers)
         total += nbytes
         if vector_width(op, buffers) > 1:
             wide += nbytes
