@@ -116,20 +116,24 @@ class Gpu:
         result.update(self.torch_latencies(model, feeds, reference))
         return result
 
+    def variant_latency(self, label: str, model, feeds: dict, reference: list, target: str, limit: int) -> dict:
+        """gir_{label}_ms and its error: a second session, opened as the caller set things up."""
+        session = gir.Session(model, target=target, limit=limit)
+        got = session.run(None, feeds)
+        return {f"gir_{label}_ms": median_ms(lambda: session.run(None, feeds), self.runs),
+                f"gir_{label}_max_rel_err": errors(got, reference)[1]}
+
     def im2col_latency(self, model, feeds: dict, reference: list, target: str, limit: int) -> dict:
         """The convolution library against the fallback path, on the same (cached) plan."""
         os.environ["GIR_DEVICE_CONV"] = "im2col"
         try:
-            session = gir.Session(model, target=target, limit=limit)
-            got = session.run(None, feeds)
-            return {"gir_im2col_ms": median_ms(lambda: session.run(None, feeds), self.runs),
-                    "gir_im2col_max_rel_err": errors(got, reference)[1]}
+            return self.variant_latency("im2col", model, feeds, reference, target, limit)
         finally:
             del os.environ["GIR_DEVICE_CONV"]
 
     def ridge_only_latency(self, model, feeds: dict, reference: list, target: str, limit: int) -> dict:
         """The session planned without the partition's time check (gir/fusion/plan.py
-        `_back_to_library`): its target without the library-call model, which also keys the
+        `time_checked`): its target without the library-call model, which also keys the
         session cache apart."""
         from dataclasses import replace
         from gir.runtime import session as session_module
@@ -137,10 +141,7 @@ class Gpu:
         session_module.get_target = lambda name: replace(
             real(name), extra={k: v for k, v in real(name).extra.items() if k != "library_calls"})
         try:
-            session = gir.Session(model, target=target, limit=limit)
-            got = session.run(None, feeds)
-            return {"gir_ridge_only_ms": median_ms(lambda: session.run(None, feeds), self.runs),
-                    "gir_ridge_only_max_rel_err": errors(got, reference)[1]}
+            return self.variant_latency("ridge_only", model, feeds, reference, target, limit)
         finally:
             session_module.get_target = real
 

@@ -279,16 +279,22 @@ def test_real_gpu_bias_residual_relu_in_cublaslt(monkeypatch):
     _check_two_layers(session, lambda feeds: session.run(None, feeds))
 
 
-@pytest.mark.gpu
-def test_real_gpu_gelu_bias_is_the_tanh_form():
-    """cuBLASLt's GELU_BIAS on one GEMM, against the tanh and erf forms of GELU (they differ by
-    up to 4.7e-4): it must be nearer the tanh form before a target may declare gelu_tanh."""
+def _cuda_launcher_or_skip():
+    """The CUDA launcher with cuBLASLt, or a skip naming why (one line)."""
     try:
         launcher = device.open_launcher("cuda")
         launcher.check_library()
     except NoDeviceError as e:
         assert len(str(e).splitlines()) == 1
         pytest.skip(str(e))
+    return launcher
+
+
+@pytest.mark.gpu
+def test_real_gpu_gelu_bias_is_the_tanh_form():
+    """cuBLASLt's GELU_BIAS on one GEMM, against the tanh and erf forms of GELU (they differ by
+    up to 4.7e-4): it must be nearer the tanh form before a target may declare gelu_tanh."""
+    launcher = _cuda_launcher_or_skip()
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((96, 64)).astype(np.float32), (rng.standard_normal((64, 80)) * 0.3).astype(np.float32)
     bias = rng.standard_normal(80).astype(np.float32)
@@ -317,12 +323,7 @@ def test_real_gpu_half_bias_residual_relu_in_one_cublaslt_call(dtype):
     """bias + residual (C apart from D) + ReLU in one half-precision cuBLASLt call, the bias in
     the output's dtype, fp32 accumulation: within a few half-ulps of the float64 result rounded
     once. What decides whether a target may declare the epilogue kinds for this dtype."""
-    try:
-        launcher = device.open_launcher("cuda")
-        launcher.check_library()
-    except NoDeviceError as e:
-        assert len(str(e).splitlines()) == 1
-        pytest.skip(str(e))
+    launcher = _cuda_launcher_or_skip()
     half = np.dtype(dtype)
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((3, 40, 64)), rng.standard_normal((64, 72)) * 0.2

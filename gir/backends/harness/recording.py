@@ -152,12 +152,16 @@ class RecordingLauncher(Launcher):
         if self.execute:
             reference_conv(c, self.typed_at)
 
-    def conv(self, c):
+    def _library_call(self, kind: str, call, execute) -> None:
+        """A library call: recorded into the capture, or recorded and executed now."""
         if self._capturing is not None:
-            self._capturing.append(("conv", c))
+            self._capturing.append((kind, call))
         else:
-            self.events.append(("conv", c))
-            self._conv(c)
+            self.events.append((kind, call))
+            execute(call)
+
+    def conv(self, c):
+        self._library_call("conv", c, self._conv)
 
     def load(self, binary, kernel_name):
         return binary.source, kernel_name
@@ -248,11 +252,7 @@ class RecordingLauncher(Launcher):
             reference_gemm(g, self.typed_at)
 
     def gemm(self, g):
-        if self._capturing is not None:
-            self._capturing.append(("gemm", g))
-        else:
-            self.events.append(("gemm", g))
-            self._gemm(g)
+        self._library_call("gemm", g, self._gemm)
 
     def synchronize(self):
         self._no_capture("synchronisation")
