@@ -58,7 +58,8 @@ def test_elementwise_fp16_storage_computes_in_fp32(target):
 
 
 REDUCE_CASES = [((7, 33), (1,)), ((6, 5, 4), (0, 2)), ((3, 2000), (1,)), ((4, 70000), (1,)), ((9,), (0,)),
-                ((130, 3), (0,)), ((2, 1, 5), (1,)), ((4, 3, 8, 8), (2, 3))]
+                ((130, 3), (0,)), ((2, 1, 5), (1,)), ((4, 3, 8, 8), (2, 3)),
+                ((3, 4096), (1,))]  # block reductions with 16-byte loads (vec 4)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -97,3 +97,24 @@ def test_a_broadcast_operand_counts_its_distinct_elements_once_per_unit():
         assert wide_share(graph) == pytest.approx(2 * per_unit / (2 * per_unit + 1))
         checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
+def test_block_reductions_load_16_bytes_a_lane(target, dialect, emitter):
+    """A row of 4096 split over a block's units, each lane loading 4 consecutive floats at a
+    time (GPT-2 decode's c_proj GEMV reads its weight rows this way): 16-byte loads in the
+    source, the interpreter's sum on the CPU harness."""
+    from gir.frontend.basic import BasicOp
+    ts = {"x": tt.T("x", (3, 4096)), "y": tt.T("y", (3,))}
+    op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "sum", "axes": (1,), "keepdims": False}, "r")
+    wide = [c for c in candidates(op, ts, get_target(target)).candidates
+            if c.structure == "block" and c.params.get("vec") == 4]
+    assert wide
+    c = wide[0]
+    graph = optimize(c.graph)[0]
+    (load,) = [o for _, o in graph.ops() if isinstance(o, Move) and o.src.buffer == "x"]
+    assert vector_width(load, graph.buffers) == 4 and "float4" in _source(graph, emitter)
+    feeds = {"x": np.random.default_rng(3).standard_normal((3, 4096)).astype(np.float32)}
+    want = run(graph, feeds).outputs["y"]
+    np.testing.assert_allclose(want, feeds["x"].sum(axis=1), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(run_on_cpu_harness(graph, feeds, dialect)["y"], want, rtol=1e-5, atol=1e-5)

@@ -47,6 +47,15 @@ def escaping_tensors(graph: BasicGraph, ops: list[BasicOp]) -> set[str]:
     return {t for t in written if t in used_outside or t in graph.outputs}
 
 
+def _per_lane(c: Candidate) -> float:
+    """DRAM elements the candidate's largest DRAM read gives each lane of a unit."""
+    from gir.ir import Move
+    from gir.ir.target import DRAM
+    g = c.graph
+    sizes = [op.dst.size for _, op in g.ops() if isinstance(op, Move) and g.buffers[op.src.buffer].level == DRAM]
+    return max(sizes, default=0) / g.target.lanes_per_unit
+
+
 def common_structures(per_op: list[list[Candidate]]) -> list[list[Candidate]]:
     """For each parallel primitive every operator offers (up to the layout of its grid, see
     regrid), the first such candidate per op, re-expressed over one common grid."""
@@ -77,12 +86,16 @@ def _one_lane_placement(in_family: list[list[Candidate]]) -> list[Candidate]:
     decides the common grid), at one vector width every op offers for that tiling: the widest
     where the target issues 16-byte accesses, else the narrowest. Ops that place elements on
     lanes alike hand each other registers once merged, where mixed widths would re-read a
-    shared input."""
+    shared input. An op whose tiling gives a unit fewer than two elements per lane (a bias or
+    activation after a one-output-per-unit reduction) can place nothing wider and shares no
+    register slice with the wide ops, so it does not narrow the others (GPT-2 decode's GEMVs
+    read their weight rows one float per lane because their GELU epilogue offered only 1)."""
     def box(c):
         return c.structure, tuple(sorted((k, v) for k, v in c.params.items() if k != "vec"))
     twins = [[c for c in cands if box(c) == box(cands[0])] for cands in in_family]
     offered = [{c.params.get("vec", 1) for c in same} for same in twins]
-    common = set.intersection(*offered)
+    narrowing = [o for o, same in zip(offered, twins) if o != {1} or _per_lane(same[0]) >= 2]
+    common = set.intersection(*narrowing) if narrowing else {1}
     wide = in_family[0][0].graph.target.timing.widest_access_bytes >= 16
     width = (max(common) if wide else min(common)) if common else 1
     return [next((c for c in same if c.params.get("vec", 1) == width), same[0]) for same in twins]

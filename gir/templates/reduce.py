@@ -152,14 +152,25 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int
     return g
 
 
-def _block(plan: _Plan, upb: int, phases: int):
+def _block_vec_choices(plan: _Plan, target, workers: int) -> list[int]:
+    """Lane placements of a block reduction's load, as `_unit_vec_choices`: 16-byte loads where
+    the reduced dimension is contiguous and splits into whole vec x lanes chunks per unit."""
+    vec = 8 if itemsize(plan.x.dtype) == 2 else 4
+    (size, stride), = plan.red
+    if stride != 1 or size % (workers * vec * target.lanes_per_unit):
+        return [1]
+    return [vec, 1] if target.timing.widest_access_bytes >= 16 else [1]
+
+
+def _block(plan: _Plan, upb: int, phases: int, vec: int = 1):
     """One block (phases == 1) or `phases` blocks (through DRAM) per output; units split the
-    single reduced dimension into lane-multiple chunks."""
+    single reduced dimension into lane-multiple chunks (`vec` consecutive elements per lane:
+    see `_block_vec_choices`)."""
     p = plan
     (size, stride), = p.red
     grid, base_in, base_out = p.outer(skip_last=False)
     workers = upb * phases
-    chunk = ceil(size / (workers * p.lanes)) * p.lanes
+    chunk = ceil(size / (workers * p.lanes * vec)) * p.lanes * vec
     if phases > 1:
         grid.append(phases)
         t = block_coord(len(grid) - 1) * upb + W
@@ -172,7 +183,7 @@ def _block(plan: _Plan, upb: int, phases: int):
     src = Slice.flat(p.x.name, base_in + t * (chunk * stride), chunk, limit=size - t * chunk)
     if stride != 1:
         src = Slice(p.x.name, src.offset, (chunk,), (stride,), src.limits)
-    g.add(Move(src=src, dst=Slice.flat("%in", 0, chunk), fill=p.fill))
+    g.add(Move(src=src, dst=Slice.flat("%in", 0, chunk), fill=p.fill, vec=vec))
     part = p.unit_reduce(g, Slice.flat("%in", 0, chunk), "%part")
     if phases == 1:
         g.buffer("%partials", SHARED, upb, p.acc)
@@ -228,7 +239,9 @@ def generate(op, tensors, target, rejected, view=None):
     if len(plan.red) == 1 and plan.group >= 2 * lanes:
         big = [u for u in block_sizes(target, 16) if u > 1] or [1]
         for upb in (u for u in big if u > 1):
-            builds.append(("block", {"units_per_block": upb}, lambda u=upb: _block(plan, u, 1)))
+            for vec in _block_vec_choices(plan, target, upb):
+                builds.append(("block", {"units_per_block": upb} | ({"vec": vec} if vec > 1 else {}),
+                               lambda u=upb, v=vec: _block(plan, u, 1, v)))
         if plan.group >= 64 * lanes:
             for upb in big[:2]:
                 for phases in (4, 16):
