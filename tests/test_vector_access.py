@@ -118,3 +118,35 @@ def test_block_reductions_load_16_bytes_a_lane(target, dialect, emitter):
     want = run(graph, feeds).outputs["y"]
     np.testing.assert_allclose(want, feeds["x"].sum(axis=1), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(run_on_cpu_harness(graph, feeds, dialect)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
+def test_a_ragged_last_block_of_whole_rows_keeps_16_byte_accesses(target, dialect, emitter):
+    """5 rows of 512, a row per unit and several units per block: the last block's extra units
+    are masked as a whole (the bound is on a dimension of extent 1), so each unit's accesses
+    stay 16 bytes wide under one guard; a reduction's load takes its fill where the unit is
+    out. Both against the interpreter on the CPU harness."""
+    from gir.frontend.basic import BasicOp
+    rng = np.random.default_rng(4)
+    feeds = {"a": rng.standard_normal((5, 512)).astype(np.float32), "b": rng.standard_normal((5, 512)).astype(np.float32)}
+    op, ts, cands = _candidates((5, 512), target)
+    from gir.ir.vector_access import unit_uniform_mask
+
+    def ragged(c):  # masked per unit: the bound is on the rows, not within a row
+        return any(isinstance(o, Move) and o.src.buffer == "a" and o.src.is_masked and unit_uniform_mask(o.src)
+                   for _, o in c.graph.ops())
+    ew = [c for c in cands if c.params.get("chunk") == 512 and c.params["vec"] == 4 and ragged(c)]
+    red_ts = {"a": tt.T("a", (5, 512)), "y": tt.T("y", (5,))}
+    red = BasicOp("r", "reduce", ["a"], ["y"], {"op": "max", "axes": (1,), "keepdims": False}, "r")
+    maxes = [SimpleNamespace(graph=optimize(c.graph)[0]) for c in candidates(red, red_ts, get_target(target)).candidates
+             if c.structure == "unit" and c.params.get("vec") == 4]
+    maxes = [c for c in maxes if ragged(c)]
+    assert ew and maxes
+    for c in (ew[0], maxes[0]):
+        moves = [o for _, o in c.graph.ops() if isinstance(o, Move) and o.src.buffer == "a"]
+        assert moves and all(o.src.is_masked and vector_width(o, c.graph.buffers) == 4 for o in moves)
+        assert "float4" in _source(c.graph, emitter)
+        want = run(c.graph, feeds).outputs
+        got = run_on_cpu_harness(c.graph, feeds, dialect)
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value)

@@ -791,8 +791,9 @@ class CStyle:
 
     def vector_move(self, op) -> list[str] | None:
         """A Move between DRAM and registers as one 8- or 16-byte access per lane, where
-        gir.ir.vector_access proves the DRAM side (consecutive, aligned, unmasked) and each
-        lane's elements sit in consecutive register slots; None otherwise (the scalar path)."""
+        gir.ir.vector_access proves the DRAM side (consecutive, aligned, unmasked or masked per
+        unit) and each lane's elements sit in consecutive register slots; None otherwise (the
+        scalar path). A per-unit mask guards each access; a load it fails takes the fill."""
         vec = vector_width(op, self.k.buffers)
         if vec == 1:
             return None
@@ -822,26 +823,44 @@ class CStyle:
         for i, slot, guard in groups:
             where = f"&{self.names[dram.buffer]}[{self.address(dram, i)}]"
             parts = [f"{name}[{slot + v}]" for v in range(vec)]
-            if dt in HALF:  # two halves per 32-bit field, the first in the low bits
-                if src_dram:
-                    body = [f"const {vtype} v = *(const {vtype}*)({where});",
-                            *(f"{p} = {self.half_from_bits(f'(unsigned short)(v.{fields[v // 2]} >> {16 * (v % 2)})', dt)};"
-                              for v, p in enumerate(parts))]
-                    line = block("{", body)
-                else:
-                    words = [f"((unsigned){self.half_bits(a, dt)} | ((unsigned){self.half_bits(b, dt)} << 16))"
-                             for a, b in zip(parts[::2], parts[1::2])]
-                    line = [f"*({vtype}*)({where}) = make_{vtype}({', '.join(words)});"]
-                out += guarded([guard] if guard else [], line)
+            unit_mask = self.mask(dram, i)  # the same for every element of the unit (unit_uniform_mask)
+            if unit_mask:
+                out += self._masked_vector(op, src_dram, unit_mask, guard, parts,
+                                           self._vector_access(src_dram, vtype, where, parts, fields, dt))
                 continue
+            out += guarded([guard] if guard else [], self._vector_access(src_dram, vtype, where, parts, fields, dt))
+        return out
+
+    def _masked_vector(self, op, src_dram: bool, mask: list[str], guard, parts: list[str], access: list[str]) -> list[str]:
+        """A vector access under a per-unit mask: skipped where it fails, and a load with a fill
+        value writes the fill into the lane's registers instead."""
+        lane = [guard] if guard else []
+        if "false" in mask:
+            if src_dram and op.fill is not None:
+                fill = self.storage_literal(op.fill, self.dtype(op.dst))
+                return guarded(lane, [f"{p} = {fill};" for p in parts])
+            return []
+        if not src_dram or op.fill is None:
+            return guarded(lane + mask, access)
+        fill = self.storage_literal(op.fill, self.dtype(op.dst))
+        return guarded(lane, [f"if ({and_c(mask)})", *block("{", access), "else",
+                              *block("{", [f"{p} = {fill};" for p in parts])])
+
+    def _vector_access(self, src_dram: bool, vtype: str, where: str, parts: list[str], fields, dt) -> list[str]:
+        """The statements of one vector load into `parts` or store from them."""
+        if dt in HALF:  # two halves per 32-bit field, the first in the low bits
             if src_dram:
                 body = [f"const {vtype} v = *(const {vtype}*)({where});",
-                        *(f"{p} = v.{f};" for p, f in zip(parts, fields))]
-                line = block("{", body)
-            else:
-                line = [f"*({vtype}*)({where}) = make_{vtype}({', '.join(parts)});"]
-            out += guarded([guard] if guard else [], line)
-        return out
+                        *(f"{p} = {self.half_from_bits(f'(unsigned short)(v.{fields[v // 2]} >> {16 * (v % 2)})', dt)};"
+                          for v, p in enumerate(parts))]
+                return block("{", body)
+            words = [f"((unsigned){self.half_bits(a, dt)} | ((unsigned){self.half_bits(b, dt)} << 16))"
+                     for a, b in zip(parts[::2], parts[1::2])]
+            return [f"*({vtype}*)({where}) = make_{vtype}({', '.join(words)});"]
+        if src_dram:
+            body = [f"const {vtype} v = *(const {vtype}*)({where});", *(f"{p} = v.{f};" for p, f in zip(parts, fields))]
+            return block("{", body)
+        return [f"*({vtype}*)({where}) = make_{vtype}({', '.join(parts)});"]
 
     def op_Elementwise(self, op) -> list[str]:
         odt = self.dtype(op.out)

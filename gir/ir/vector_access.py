@@ -6,7 +6,8 @@ A Move between DRAM and registers qualifies when each lane's `vec` consecutive e
 ownership: element k belongs to lane (k // vec) % lanes) sit at consecutive DRAM addresses and
 the first is a multiple of `vec` for every unit: every coefficient of the slice's affine offset
 and its constant are multiples of `vec` (DRAM buffers start 256-byte aligned: arena offsets and
-allocations), and the slice is unmasked (a ragged edge keeps the scalar path). The register side
+allocations), and the slice is unmasked or masked per unit only (`unit_uniform_mask`; a ragged
+edge within a unit keeps the scalar path). The register side
 (consecutive slots of one lane) is the emitter's to check."""
 from __future__ import annotations
 
@@ -21,11 +22,20 @@ from .target import DRAM, REGISTER
 WIDE_DTYPES = {"float32": (2, 4), "int32": (2, 4), "float16": (4, 8), "bfloat16": (4, 8)}
 
 
+def unit_uniform_mask(s) -> bool:
+    """Whether a slice's mask, if any, holds for all of a unit's elements or for none: every
+    bounded dimension has extent 1, so the bounds depend on the unit's coordinates alone (a
+    ragged last block of whole rows, GPT-2's lm_head: 50,257 rows over 4-unit blocks). The
+    emitters then guard the unit's vector accesses with the condition once."""
+    bounded = {d for bounds in (s.limits, s.starts) for d, b in enumerate(bounds) if b is not None}
+    return all(s.shape[d] == 1 for d in bounded)
+
+
 def vector_width(op, buffers: dict) -> int:
     """`vec` when `op`'s DRAM side can be accessed `vec` elements at a time, else 1.
     `buffers`: buffer name -> Buffer (a graph's or a kernel's)."""
     vec = getattr(op, "vec", 1)
-    if not isinstance(op, Move) or op.uniform or op.fill is not None or vec not in (2, 4, 8):
+    if not isinstance(op, Move) or op.uniform or vec not in (2, 4, 8):  # a fill: where a unit's mask fails
         return 1
     src_dram, dst_dram = buffers[op.src.buffer].level == DRAM, buffers[op.dst.buffer].level == DRAM
     if src_dram == dst_dram:
@@ -34,7 +44,8 @@ def vector_width(op, buffers: dict) -> int:
     n = op.dst.size
     dtype = buffers[dram.buffer].dtype
     if (buffers[reg.buffer].level != REGISTER or buffers[reg.buffer].dtype != dtype or vec not in WIDE_DTYPES.get(dtype, ())
-            or dram.is_masked or n % vec or dram.offset.const % vec or any(c % vec for _, c in dram.offset.terms)):
+            or not unit_uniform_mask(dram) or reg.is_masked or n % vec or dram.offset.const % vec
+            or any(c % vec for _, c in dram.offset.terms)):
         return 1
     pattern = dram.pattern
     first = np.arange(0, n, vec)
