@@ -33,7 +33,7 @@ LT_EPILOGUE = {("", False): 1, ("relu", False): 2, ("", True): 4, ("relu", True)
 # residual (C with beta = 1), then one activation; bias and residual in the output's dtype.
 # bfloat16 since an H200 run (2026-11-26, tests/test_gpu_epilogue.py): bias + residual + ReLU
 # in one bf16 call came within 0.49 ulp of the float64 result rounded once (fp16: 0.50).
-# Convolutions are im2col + GEMM with a rank-1 bias GEMM on this path: no epilogues for them.
+# Convolutions (cuDNN, or im2col + GEMM) take no epilogues: their bias is cuDNN's or a rank-1 GEMM.
 CUBLASLT_EPILOGUES = {"kinds": ("bias", "relu", "residual"), "dtypes": ("bfloat16", "float16", "float32"),
                       "ops": ("matmul",), "order": ("bias", "residual", "activation")}
 # The kinds each library can run (a launcher's `epilogue_kinds`): hipBLAS has no epilogues.

@@ -194,17 +194,13 @@ class DeviceEngine:
         self.library_note = ""
         convs = [op for op in library if op.kind == "conv"]
         conv_library = self._conv_library(convs)
-        # library convs planned now, by shape: True when the call adds the bias, False when a
-        # GEMM adds it after, None (not kept) when the library cannot run it (im2col then)
+        # library convs, planned now by shape: id(op) -> True when the call adds the bias, False
+        # when a GEMM adds it after; a conv the library cannot run is left out (im2col then)
         fuses = {id(op): launcher.prepare_conv(self._conv(op, placed=False)) for op in convs
                  if conv_library and g.tensors[op.outputs[0]].dtype in CONV_DTYPES}
-        self.conv_fuses = {key: fits for key, fits in fuses.items() if fits is not None}
-        self.library_convs = set(self.conv_fuses)
+        self.library_convs = {key: fits for key, fits in fuses.items() if fits is not None}
         if convs:
-            apart = len(convs) - len(self.library_convs)
-            how = f"im2col + {launcher.library}"
-            self.library_path += f"; convolutions: {conv_library or how}" + (
-                f" ({apart} as {how})" if conv_library and apart else "" if conv_library else f" ({launcher.conv_note})")
+            self.library_path += "; convolutions: " + self._conv_path(conv_library, len(convs))
         im2col = {}  # id(op) -> kernel name
         for op in library:
             if op.kind == "conv" and id(op) not in self.library_convs and not _direct(op.attrs, g.tensors[op.inputs[1]].shape):
@@ -229,12 +225,11 @@ class DeviceEngine:
         self.fresh = {r: launcher.alloc(max(1, self._nbytes(r))) for r in sorted(output_roots(plan))}
         col_bytes = max([self._col_bytes(op) for op in library if id(op) in im2col], default=0)
         self.col = launcher.alloc(col_bytes) if col_bytes else None
-        self.bias_apart = {id(op) for op in convs if len(op.inputs) > 2 and self.conv_fuses.get(id(op)) is False}
-        self.conv_calls = {id(op): self._conv(op, bias=id(op) not in self.bias_apart) for op in convs
+        self.conv_calls = {id(op): self._conv(op, bias=not self._bias_by_gemm(op)) for op in convs
                            if id(op) in self.library_convs}
         ones = {}  # dtype -> elements: the longest row of ones a conv bias GEMM reads
         for op in convs:
-            if len(op.inputs) > 2 and (id(op) not in self.library_convs or id(op) in self.bias_apart):
+            if self._bias_by_gemm(op):
                 y = g.tensors[op.outputs[0]]
                 ones[y.dtype] = max(ones.get(y.dtype, 0), prod(y.shape[2:]))
         self.ones = {dtype: launcher.alloc(count * np_dtype(dtype).itemsize) for dtype, count in ones.items()}
@@ -331,6 +326,19 @@ class DeviceEngine:
             return None
         return self.launcher.open_conv()
 
+    def _conv_path(self, conv_library: str | None, convs: int) -> str:
+        """How the plan's convolutions run, for `library_path`."""
+        im2col = f"im2col + {self.launcher.library}"
+        if conv_library is None:
+            return f"{im2col} ({self.launcher.conv_note})"
+        apart = convs - len(self.library_convs)
+        return conv_library + (f" ({apart} as {im2col})" if apart else "")
+
+    def _bias_by_gemm(self, op: BasicOp) -> bool:
+        """A conv's bias is added by a rank-1 GEMM: an im2col conv's, or a library conv's whose
+        library did not fuse it."""
+        return len(op.inputs) > 2 and self.library_convs.get(id(op)) is not True
+
     def _conv(self, op: BasicOp, placed: bool = True, bias: bool = True):
         """The op's dnn.Conv on its device pointers; `placed=False`: the shape alone, before
         allocation (pointers 0, a bias marked by 1), for the library to plan."""
@@ -370,8 +378,7 @@ class DeviceEngine:
             calls += [("gemm", gemm) for gemm in row_major_matmul(
                 dtype, self._tensor(op.inputs[1]).ptr, (1, groups, m // groups, cpg * taps),
                 col.ptr, (n, groups, cpg * taps, positions), y.ptr, size)]
-        if len(op.inputs) > 2 and (id(op) not in self.library_convs or id(op) in self.bias_apart):
-            # Y[n, g] += bias[g] (M/G x 1) @ ones (1 x P)
+        if self._bias_by_gemm(op):  # Y[n, g] += bias[g] (M/G x 1) @ ones (1 x P)
             calls += [("gemm", gemm) for gemm in row_major_matmul(
                 dtype, self._tensor(op.inputs[2]).ptr, (1, groups, m // groups, 1),
                 self.ones[dtype].ptr, (1, 1, 1, positions), y.ptr, size, beta=1.0, c_batch=(n, groups))]

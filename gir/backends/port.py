@@ -47,7 +47,7 @@ def load_backend(spec: str) -> ModuleType:
         except ModuleNotFoundError as err:
             if err.name != f"gir.backends.{spec}":
                 raise
-            raise BackendError(f"no backend {spec!r}: not registered ({', '.join(backends())}), not a folder "
+            raise BackendError(f"no backend {spec!r}: not registered ({', '.join(sorted(backends()))}), not a folder "
                                f"under gir/backends/ nor a path to one") from None
     else:
         raise BackendError(f"no backend {spec!r}: not a folder")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gir.frontend.basic import BasicGraph, BasicOp
-from gir.ir import DEVICE, GIRGraph, Sync
+from gir.ir import DEVICE, GIRGraph, Move, Sync
 from gir.ir.cost import level_bytes
-from gir.ir.target import Target
+from gir.ir.target import DRAM, Target
 from gir.rewrite import Step, optimize
 from gir.templates import Candidate, candidates
 
@@ -49,8 +49,6 @@ def escaping_tensors(graph: BasicGraph, ops: list[BasicOp]) -> set[str]:
 
 def _per_lane(c: Candidate) -> float:
     """DRAM elements the candidate's largest DRAM read gives each lane of a unit."""
-    from gir.ir import Move
-    from gir.ir.target import DRAM
     g = c.graph
     sizes = [op.dst.size for _, op in g.ops() if isinstance(op, Move) and g.buffers[op.src.buffer].level == DRAM]
     return max(sizes, default=0) / g.target.lanes_per_unit

@@ -9,7 +9,7 @@ path leaves a subgraph through a library op and comes back.
 On targets that say how their libraries run a call (`Target.extra["library_calls"]`: the GPU
 presets) each decision also carries the library call's modelled time, so that the planner can
 give back to the library an op whose lowered kernels the time model finds far slower
-(plan.py `_back_to_library`; `partition(..., library=...)` takes those ops and their reason).
+(plan.py `_back_to_library`; `partition(..., give_back=...)` takes those ops and their reason).
 """
 from __future__ import annotations
 
@@ -89,9 +89,9 @@ def library_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | N
     return call + 2 * out.size * size / bandwidth + target.launch_latency_s
 
 
-def partition(graph: BasicGraph, target: Target, library: dict[str, str] | None = None) -> Partition:
-    """`library`: op name -> why, for ops below the ridge that go to the library anyway."""
-    library_given = library or {}
+def partition(graph: BasicGraph, target: Target, give_back: dict[str, str] | None = None) -> Partition:
+    """`give_back`: op name -> why, for ops below the ridge that go to the library anyway."""
+    give_back = give_back or {}
     graph = copy.copy(graph)
     graph.ops, graph.tensors = list(graph.ops), dict(graph.tensors)
     decisions, library = [], []
@@ -105,9 +105,9 @@ def partition(graph: BasicGraph, target: Target, library: dict[str, str] | None 
         above = intensity >= ridge
         reason = f"{intensity:.1f} FLOP/B {'>=' if above else '<'} {dtype} ridge {ridge:.1f} FLOP/B of {target.name}"
         library_s = library_seconds(op, graph, target)
-        given_back = not above and op.name in library_given
+        given_back = not above and op.name in give_back
         if given_back:
-            above, reason = True, f"{reason}, but {library_given[op.name]}"
+            above, reason = True, f"{reason}, but {give_back[op.name]}"
         lowered = None
         if not above:
             tensors = dict(graph.tensors)

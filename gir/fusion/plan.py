@@ -170,8 +170,8 @@ def _back_to_library(result: Plan, target: Target) -> dict[str, str]:
     return back
 
 
-def _plan_once(graph: BasicGraph, target: Target, limit: int, progress, cache, library: dict[str, str]) -> Plan:
-    part = partition(_fold_shape_only(graph), target, library)
+def _plan_once(graph: BasicGraph, target: Target, limit: int, progress, cache, give_back: dict[str, str]) -> Plan:
+    part = partition(_fold_shape_only(graph), target, give_back)
     given_graph, given_subgraphs = part.graph, part.subgraphs
     g, subgraphs = compose_elementwise_runs(part.graph, part.subgraphs)
     g, subgraphs = pooling_before_monotone_ops(g, subgraphs)

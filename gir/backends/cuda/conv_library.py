@@ -17,6 +17,8 @@ import glob
 import os
 import sys
 
+from gir.frontend.basic import contiguous_strides
+
 
 class CudnnConvolutions:
     def __init__(self, stream: int, alloc):
@@ -45,16 +47,16 @@ class CudnnConvolutions:
         x_shape, w_shape, y_shape, pre, post, strides, dilations = _at_least_2d(c)
         try:
             graph = cudnn.pygraph(io_data_type=dtype, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
-            x = graph.tensor(name="x", dim=list(x_shape), stride=_row_major(x_shape), data_type=dtype)
-            w = graph.tensor(name="w", dim=list(w_shape), stride=_row_major(w_shape), data_type=dtype)
+            x = graph.tensor(name="x", dim=list(x_shape), stride=_strides(x_shape), data_type=dtype)
+            w = graph.tensor(name="w", dim=list(w_shape), stride=_strides(w_shape), data_type=dtype)
             y = graph.conv_fprop(image=x, weight=w, pre_padding=list(pre), post_padding=list(post),
                                  stride=list(strides), dilation=list(dilations), compute_data_type=f32, name="conv")
             bias = None
             if with_bias:
                 bias_shape = [1, w_shape[0]] + [1] * (len(x_shape) - 2)
-                bias = graph.tensor(name="bias", dim=bias_shape, stride=_row_major(bias_shape), data_type=dtype)
+                bias = graph.tensor(name="bias", dim=bias_shape, stride=_strides(bias_shape), data_type=dtype)
                 y = graph.bias(input=y, bias=bias, compute_data_type=f32, name="add_bias")
-            y.set_output(True).set_data_type(dtype).set_dim(list(y_shape)).set_stride(_row_major(y_shape))
+            y.set_output(True).set_data_type(dtype).set_dim(list(y_shape)).set_stride(_strides(y_shape))
             graph.validate()
             graph.build_operation_graph()
             graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -119,12 +121,8 @@ def _inexact_notes(cudnn, dtype: str) -> list:
     return notes
 
 
-def _row_major(shape) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return strides[::-1]
+def _strides(shape) -> list[int]:
+    return list(contiguous_strides(shape))
 
 
 def _at_least_2d(c):
