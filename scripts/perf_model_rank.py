@@ -56,13 +56,14 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from gir.backends.cpu.compiler import build
+from gir.backends.cpu.target import last_level_cache_bytes
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.errors import NoDeviceError
 from gir.backends.kernels import split_kernels
 from gir.frontend import load
 from gir.fusion.group import common_structures, escaping_tensors
 from gir.fusion.merge import merge_graphs
-from gir.fusion.perf import estimate
+from gir.fusion.perf import Context, estimate
 from gir.ir import get_target
 from gir.ir.dtypes import np_dtype
 from gir.rewrite import optimize
@@ -79,7 +80,11 @@ SUBGRAPHS = {  # name: (full shape, what it is)
 SMALL = {"softmax": (1, 2, 8, 32), "layernorm": (1, 8, 64), "gelu": (1, 8, 64), "dwconv_silu": (1, 8, 12, 12),
          "gemv": (1, 1, 64, 256), "attention": (1, 2, 16, 8)}  # --small: shapes the CPU stand-in runs in seconds
 CHAINS = ("softmax", "layernorm", "gelu")  # chains of elementwise and reduce ops: the split space
-ROTATE_BYTES = 32 << 20  # input/output sets cycled through per timed call: well above L2 (2 MiB a core here)
+# input/output sets cycled through per timed call: four times the last-level cache, as on the
+# GPU, so a candidate's inputs come from DRAM as the model assumes (with 32 MiB, the size of
+# this EPYC's L3, a LayerNorm's 393 KB input was still there half the time and every kernel
+# measured 2x faster than DRAM allows)
+ROTATE_BYTES = 4 * max(last_level_cache_bytes(), 32 << 20)
 PARTS = ("dram", "latency", "shared", "compute", "dispatch", "barrier", "launch")
 
 
@@ -269,18 +274,32 @@ def select(space: Space, count: int, seed: int) -> list[tuple[Option, ...]]:
 
 
 def model_estimate(space: Space, seq) -> dict:
-    """Modelled seconds of a sequence (the sum over its graphs) and of each term."""
-    ests = [option_estimate(space, o) for o in seq]
+    """Modelled seconds of a sequence (the sum over its graphs, each in the context the ones
+    before it leave: gir.fusion.perf.sequence) and of each term."""
+    ests = sequence_estimates(space, seq)
     out = {p: sum(e.parts[p] for e in ests) for p in PARTS}
     return out | {"seconds": sum(e.seconds for e in ests), "dram_bytes": sum(e.dram_bytes for e in ests),
                   "kernels": sum(e.kernels for e in ests), "bound": "+".join(e.bound for e in ests)}
 
 
-def option_estimate(space: Space, o: Option):
-    """The model's estimate of one option, computed once per space (candidates share options)."""
-    if o not in space.estimates:
-        space.estimates[o] = estimate(space.graph_of(o))
-    return space.estimates[o]
+def option_estimate(space: Space, o: Option, context: Context | None = None):
+    """The model's estimate of one option in a context, computed once per space (candidates
+    share options)."""
+    key = (o, context or Context())
+    if key not in space.estimates:
+        space.estimates[key] = estimate(space.graph_of(o), context=key[1])
+    return space.estimates[key]
+
+
+def sequence_estimates(space: Space, seq) -> list:
+    """Each option's estimate in the context the options before it leave (the first: nothing
+    cached, the team awake, as back-to-back calls leave it)."""
+    out, context = [], Context()
+    for o in seq:
+        e = option_estimate(space, o, context)
+        out.append(e)
+        context = context.after(space.graph_of(o), e)
+    return out
 
 
 def build_kernels(space: Space, options, emitter) -> tuple[dict, dict]:
@@ -473,9 +492,10 @@ def run(kind: str = "softmax", shape=None, count: int = 40, seed: int = 0, round
     times, per_option = measure(bound, rounds, per_round, seed)
     measure_s, loads = time.perf_counter() - start, (load_before, os.getloadavg()[0])
     for row, t, parts in zip(rows, times, per_option):
+        seq = row.pop("seq")
         row["options"] = [{"option": space.describe(o), "key": [o.start, o.stop, o.family, o.rewritten],
-                           "model_s": option_estimate(space, o).seconds, "median_s": float(np.median(parts[:, i]))}
-                          for i, o in enumerate(row.pop("seq"))]
+                           "model_s": e.seconds, "median_s": float(np.median(parts[:, i]))}
+                          for i, (o, e) in enumerate(zip(seq, sequence_estimates(space, seq)))]
         row["measured"] = {"median_s": float(np.median(t)), "min_s": float(t.min()), "p25_s": float(np.percentile(t, 25)),
                            "p75_s": float(np.percentile(t, 75)), "calls": len(t)}
     return finish(kind, shape, space, graph, chosen, rows, skipped, times, rounds, seed) | {
@@ -805,7 +825,7 @@ def run_gpu(kind: str, rig: GpuRig, shape=None, count: int = 24, seed: int = 0, 
     for row, t in zip(rows, times):
         seq = row.pop("seq")
         row["options"] = [{"option": space.describe(o), "key": [o.start, o.stop, o.family, o.rewritten],
-                           "model_s": option_estimate(space, o).seconds} for o in seq]
+                           "model_s": e.seconds} for o, e in zip(seq, sequence_estimates(space, seq))]
         row["registers"] = [getattr(binary.resources.get(k.name), "registers", None) for o in seq for _, k in fns[o]]
         row["touched_bytes"] = touched_bytes(graph, seq, fns)
         row["measured"] = {"median_s": float(np.median(t)), "min_s": float(t.min()), "p25_s": float(np.percentile(t, 25)),
@@ -842,7 +862,7 @@ def touched_bytes(graph, seq, fns) -> int:
     return sum(bufs.values())
 
 
-def _sets(graph, seqs, fns, rotate_bytes: int = ROTATE_BYTES, most: int = 64) -> int:
+def _sets(graph, seqs, fns, rotate_bytes: int = ROTATE_BYTES, most: int = 256) -> int:
     """How many rotation sets make every candidate cycle through more than `rotate_bytes`, by
     the bytes of the candidate touching fewest (`touched_bytes`)."""
     per_set = min((touched_bytes(graph, seq, fns) for seq in seqs if all(o in fns for o in seq)), default=rotate_bytes)

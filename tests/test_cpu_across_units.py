@@ -190,3 +190,29 @@ def test_the_per_unit_form_can_be_asked_for():
     assert "#pragma omp simd\n" in emitter.kernel_source(kernel) and "for (int u = 0;" not in emitter.kernel_source(kernel)
     emitter.allow_across = False
     assert "for (int u = 0;" in emitter.kernel_source(kernel)
+
+
+@pytest.mark.parametrize("shape", [(400_003,), (3, 120_011)])
+def test_too_few_rows_are_cut_into_pieces_for_the_threads(shape):
+    """One element per unit over a whole tensor is one row (or a few): the OpenMP loop runs
+    over pieces of the rows, so every thread gets a share (it ran on one thread, 2x slower
+    than the chunked form, results/perf_model_rank_gelu.md), and the pieces cover each row
+    exactly once, its ragged end included."""
+    from gir.backends.cpu.across_units import PIECE_ELEMENTS, row_pieces
+    from gir.frontend import load
+    node = helper.make_node("Erf", ["x"], ["y"])
+    io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape))
+    model = helper.make_model(helper.make_graph([node], "erf", [io("x")], [io("y")]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    g = load(model)
+    (cand,) = [c for c in candidates(g.ops[0], g.tensors, CPU).candidates if c.structure == "element"][:1]
+    (kernel,) = split_kernels(cand.graph)
+    assert vectorises_across_units(kernel)
+    *outer, length = kernel.prim.grid
+    rows = int(np.prod(outer))
+    pieces = row_pieces(rows, length)
+    assert pieces > 1 and length // pieces >= PIECE_ELEMENTS  # pieces worth a fork
+    source = CpuEmitter(CPU).kernel_source(kernel)
+    assert f"for (int t = 0; t < {rows * pieces}; ++t)" in source, source[:800]
+    x = np.random.default_rng(5).normal(0, 2, shape).astype(np.float32)
+    compare(cpu.run(cand.graph, {"x": x}), run(cand.graph, {"x": x}).outputs, f"erf {shape}")

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from gir.frontend import load
-from gir.fusion.perf import estimate, quick_estimate
+from gir.fusion.perf import Context, estimate, quick_estimate, sequence
 from gir.fusion.plan import plan
 from gir.ir import get_target
 from gir.ir.target import PRESETS
@@ -110,8 +110,8 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert "nominal" in before.timing.source
     lines = []
     cal = calibration.measure(repeats=2, progress=lines.append)
-    assert len(lines) == 7 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
-    assert cal.wake_s > 0
+    assert len(lines) == 8 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert cal.wake_s > 0 and cal.spin_s > 0 and cal.warm_bandwidth > 0 and cal.warm_unit_bandwidth > 0
     # every math op the probes cover is measured, and an op the compiler vectorises (div) costs
     # less per element than a libm call it cannot (tanh)
     assert set(cal.op_costs) == set(calibration.OP_PROBES.values())
@@ -122,6 +122,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert after.dram_bandwidth == cal.copy_bandwidth and after.launch_latency_s == cal.launch_s
     assert after.timing.unit_bandwidth == cal.unit_bandwidth and "measured" in after.timing.source
     assert after.timing.wake_s == cal.wake_s and dict(after.timing.op_cost) == cal.op_costs
+    assert after.timing.spin_s == cal.spin_s and after.timing.warm_bandwidth == cal.warm_bandwidth
     assert repr(after) != repr(before)  # the plan cache's key changes with the figures
     path.write_text("{not json")
     assert "nominal" in get_target("cpu").timing.source  # unreadable: nominal again, no crash
@@ -170,7 +171,7 @@ def test_a_small_constant_every_unit_rereads_costs_the_cpu_no_cache_traffic():
         bias_reads = sum(valid_count(s, g.prim) * itemsize(buf.dtype) for _, _, s, buf in accesses(g, DRAM) if s.buffer == "b")
         bias_rereads = bias_reads - footprint["read", "b"]
         assert bias_rereads > 0, "every unit reads the bias"
-        assert _cache_rereads(g, footprint) == (rereads if bias_rereads_counted else rereads - bias_rereads)
+        assert _cache_rereads(g, footprint)[0] == (rereads if bias_rereads_counted else rereads - bias_rereads)
 
 
 def _cpu_with(**timing):
@@ -205,8 +206,10 @@ def test_cpu_launch_cost_follows_the_emitters_one_thread_rule_per_kernel():
     fused = _chain_graph(per_kernel, small, rewritten=True)  # one kernel, x and y: 384 KiB
     assert estimate(fused).kernels == 1 and estimate(fused).parts["launch"] == 0.0
     teams = _cpu_with(serial_below_bytes=1, wake_s=40e-6)
-    e = estimate(_chain_graph(teams, small, rewritten=False))
-    assert e.parts["launch"] == pytest.approx(40e-6 + teams.launch_latency_s)
+    asleep = estimate(_chain_graph(teams, small, rewritten=False), context=Context(awake=False))
+    assert asleep.parts["launch"] == pytest.approx(40e-6 + teams.launch_latency_s)
+    awake = estimate(_chain_graph(teams, small, rewritten=False))  # alone: a kernel ran just before
+    assert awake.parts["launch"] == pytest.approx(2 * teams.launch_latency_s)
 
 
 def test_the_gpu_presets_keep_the_cpu_only_terms_off():
@@ -226,3 +229,67 @@ def test_measured_op_costs_replace_the_nominal_table():
         costs[label] = estimate(optimize(cand.graph)[0])
     assert costs["measured"].parts["compute"] > 10 * costs["nominal"].parts["compute"]
     assert costs["measured"].bound == "compute"
+
+
+def _chain_kernels(target, n: int):
+    """The Exp and the Neg of the chain as two separate graphs (two kernels run in turn)."""
+    io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])
+    model = helper.make_model(helper.make_graph([helper.make_node("Exp", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+                                                "chain", [io("x")], [io("y")]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    g = load(model)
+    return [optimize(next(c for c in candidates(op, g.tensors, target).candidates if c.structure == "chunk").graph)[0]
+            for op in g.ops]
+
+
+def test_a_kernel_reads_what_the_kernel_before_it_wrote_from_the_last_level_cache():
+    """CPU: the Neg after the Exp reads h from the cache (`Context`): its streaming terms fall
+    against the Neg estimated alone, by the cache's share of h where h is larger than the
+    cache; x, the sequence's input, and the writes stay DRAM's. A GPU preset has no such
+    term: its estimates in sequence are the estimates alone."""
+    n = 1 << 20  # 4 MiB per tensor
+    cached = _cpu_with(cache_bytes=64 << 20, serial_below_bytes=1)
+    exp_alone, neg_alone = (estimate(k) for k in _chain_kernels(cached, n))
+    exp_seq, neg_seq = sequence(_chain_kernels(cached, n))
+    assert exp_seq.parts == exp_alone.parts  # nothing ran before it
+    assert neg_seq.parts["dram"] < neg_alone.parts["dram"] and neg_seq.parts["latency"] < neg_alone.parts["latency"]
+    reads_from_dram = 4 * n / (cached.dram_bandwidth * cached.timing.copy_efficiency)
+    assert neg_alone.parts["dram"] - neg_seq.parts["dram"] == pytest.approx(reads_from_dram - 4 * n / cached.timing.warm_bandwidth)
+    small = _cpu_with(cache_bytes=1 << 20, serial_below_bytes=1)  # a quarter of h
+    _, neg_part = sequence(_chain_kernels(small, n))
+    assert neg_seq.parts["latency"] < neg_part.parts["latency"] < neg_alone.parts["latency"]
+    gpu = _chain_kernels(H100, n)
+    assert [e.parts for e in sequence(gpu)] == [estimate(k).parts for k in gpu]
+
+
+def test_a_fork_after_long_one_thread_work_pays_the_wake_up():
+    """The context carries whether the team still spins: after a one-thread kernel that runs
+    longer than the target's spins, the next fork pays `wake_s`; after a short one, the launch
+    latency; a team kernel keeps the team awake."""
+    n = 1 << 20
+    one_thread_first = _cpu_with(serial_below_bytes=9 << 20, wake_s=40e-6, spin_s=1e-9)
+    exp, neg = _chain_kernels(one_thread_first, n)
+    team = _cpu_with(serial_below_bytes=1, wake_s=40e-6, spin_s=1e-9)
+    _, team_neg = _chain_kernels(team, n)
+    after_long = estimate(team_neg, context=Context().after(exp, estimate(exp)))
+    assert after_long.parts["launch"] == pytest.approx(40e-6)
+    long_spins = _cpu_with(serial_below_bytes=9 << 20, wake_s=40e-6, spin_s=1.0)
+    exp_spinning, _ = _chain_kernels(long_spins, n)
+    after_short = estimate(team_neg, context=Context().after(exp_spinning, estimate(exp_spinning)))
+    assert after_short.parts["launch"] == pytest.approx(team.launch_latency_s)
+
+
+def test_a_broadcast_element_is_no_cpu_reread():
+    """A row's sum read along a stride-0 axis (softmax's divide) is one load per unit on a
+    CPU: no re-read bytes from it, where a GPU's model still counts them."""
+    from gir.fusion.perf import _cache_rereads
+    from gir.ir.cost import dram_footprint_by_buffer
+    io = lambda name, s: helper.make_tensor_value_info(name, TensorProto.FLOAT, s)
+    model = helper.make_model(helper.make_graph([helper.make_node("Div", ["x", "s"], ["y"])], "div",
+                                                [io("x", [512, 256]), io("s", [512, 1])], [io("y", [512, 256])]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    g = load(model)
+    for target, counted in ((get_target("cpu"), False), (H100, True)):
+        row = next(c for c in candidates(g.ops[0], g.tensors, target).candidates if c.structure == "row")
+        graph = optimize(row.graph)[0]
+        rereads, _ = _cache_rereads(graph, dram_footprint_by_buffer(graph))
+        assert (rereads > 0) == counted, target.name

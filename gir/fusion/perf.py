@@ -11,7 +11,9 @@ Per kernel, the time of its memory-intensive core is the (smoothed) largest of
     their width; arithmetic weighted by what each operation compiles to; shuffle trees) over
     what the processors issue, no faster than each unit's dependent-latency allows;
   - shared memory traffic over its bandwidth;
-then block barriers and kernel launches are added. Resident units come from the registers and
+then block barriers and kernel launches are added. On a CPU the kernels before a kernel matter
+(`Context`, `sequence`): what they touched may still be in the last-level cache, and whether
+the thread team still spins decides what a fork costs. Resident units come from the registers and
 shared memory each unit needs and the target's resident-block limit. Every hardware constant
 is data in the target (`Target.timing`, gir/ir/target.py, with its source); the CPU's are
 measured by `gir calibrate`. The smoothing (a 4-norm instead of a max) models that the terms
@@ -71,12 +73,72 @@ class Estimate:
         return f"{self.seconds * 1e6:.2f} us ({self.bound}-bound, {self.kernels} kernel(s), occupancy {self.occupancy:.0%})"
 
 
-def estimate(graph: GIRGraph, registers_per_lane: int | None = None) -> Estimate:
+@dataclass(frozen=True)
+class Context:
+    """What the kernels that ran just before leave to the next one on a CPU: the buffers they
+    touched that the last-level cache still holds (name, bytes; least recently touched first)
+    and whether the team's threads still spin. A sequence of kernels is estimated in order
+    (`sequence`); a kernel estimated alone has the default: nothing cached, the team awake (in
+    a run, another kernel or library call came just before it)."""
+    recent: tuple = ()
+    awake: bool = True
+
+    def holds(self, name: str) -> bool:
+        return any(n == name for n, _ in self.recent)
+
+    def after(self, graph: GIRGraph, e: "Estimate") -> "Context":
+        """The context the next kernel finds: `graph`'s DRAM buffers most recent, the oldest
+        evicted beyond the cache, and the team asleep after one-thread work longer than its spins."""
+        tm = graph.target.timing
+        if not tm.cache_bytes:
+            return self
+        # what it wrote is the most recent: after what it read
+        touched = list(dict.fromkeys(name for kind in ("read", "write") for k, name in e.dram_by_buffer if k == kind))
+        recent = [(n, b) for n, b in self.recent if n not in touched]
+        recent += [(n, min(graph.buffers[n].nbytes, tm.cache_bytes)) for n in touched]
+        while recent and sum(b for _, b in recent) > tm.cache_bytes:
+            recent.pop(0)
+        awake = e.notes.get("team_last", False) or (self.awake and e.seconds < tm.spin_s)
+        return Context(tuple(recent), awake)
+
+
+def sequence(graphs: list[GIRGraph], context: Context | None = None) -> list[Estimate]:
+    """Estimates of graphs run one after another, each in the context the earlier ones leave."""
+    context, out = context or Context(), []
+    for graph in graphs:
+        e = estimate(graph, context=context)
+        out.append(e)
+        context = context.after(graph, e)
+    return out
+
+
+def estimate(graph: GIRGraph, registers_per_lane: int | None = None, context: Context | None = None) -> Estimate:
     """`registers_per_lane`: 32-bit registers the compiled kernel uses (ptxas's report, the HIP
-    code object's VGPRs): occupancy from those instead of the IR's register estimate."""
+    code object's VGPRs): occupancy from those instead of the IR's register estimate.
+    `context`: what the kernels before it left in the cache and the thread team (CPU)."""
+    context = context or Context()
     by_buffer = dram_footprint_by_buffer(graph)
     return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane,
-                     _cache_rereads(graph, by_buffer))
+                     _cache_rereads(graph, by_buffer), _warm(graph, by_buffer, context), context.awake)
+
+
+def _warm(graph: GIRGraph, by_buffer: dict, context: Context) -> dict:
+    """Distinct DRAM-level bytes the last-level cache serves (a CPU target with `cache_bytes`),
+    by kind: reads of what a kernel just before touched and the cache still holds, and of an
+    intermediate this graph's own earlier kernel wrote (no larger than the cache); writes of
+    buffers no larger than the cache, which take their lines there and leave for DRAM while
+    later kernels run (or never: the next run overwrites them in place). The sequence's
+    inputs and weights come from DRAM."""
+    limit = graph.target.timing.cache_bytes
+    warm = {"read": 0, "write": 0}
+    if not limit:
+        return warm
+    written = {name for kind, name in by_buffer if kind == "write"}
+    for (kind, name), n in by_buffer.items():
+        if kind == "read" and name in written or context.holds(name):
+            # of a buffer larger than the cache, the part written or read last is still there
+            warm[kind] += int(n * min(1.0, limit / graph.buffers[name].nbytes))
+    return warm
 
 
 def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
@@ -86,14 +148,32 @@ def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
     gamma) stays in L1 while the streams pass: its loads are in the issue term already. A
     GEMV over a materialised product (x [768] re-read by all 8192 outputs) had its re-reads
     charged as 25 MB of cache traffic, ranking the forms that re-read it last (they measured
-    first: results/perf_model_rank_gemv.md)."""
+    first: results/perf_model_rank_gemv.md). On a CPU a unit loads an element it reads along a
+    stride-0 axis once (a row's broadcast sum), so those repeats are no re-reads.
+
+    Returns (re-read bytes, the share of them from buffers the last-level cache holds whole:
+    the second kernel of a graph reading its first kernel's input again, say)."""
     per_buffer: dict[tuple[str, str], int] = {}
+    tm = graph.target.timing
     for _, key, s, buf in accesses_at(graph, DRAM):
         n = valid_count(s, graph.prim) * itemsize(buf.dtype)
+        if tm.spill_bytes_per_unit and 0 in s.strides:
+            n = int(n * _distinct_share(s))
         per_buffer[key, s.buffer] = per_buffer.get((key, s.buffer), 0) + n
-    l1 = graph.target.timing.spill_bytes_per_unit
+    l1 = tm.spill_bytes_per_unit
     in_l1 = {k for k in per_buffer if l1 and graph.buffers[k[1]].role in ("input", "const") and by_buffer.get(k, 0) <= l1}
-    return sum(max(0, n - by_buffer.get(k, 0)) for k, n in per_buffer.items() if k not in in_l1)
+    rereads = {k: max(0, n - by_buffer.get(k, 0)) for k, n in per_buffer.items() if k not in in_l1}
+    return sum(rereads.values()), sum(n for k, n in rereads.items() if graph.buffers[k[1]].nbytes <= tm.cache_bytes)
+
+
+def _distinct_share(s) -> float:
+    """Share of a slice's elements at distinct addresses within one unit (a stride-0 axis
+    repeats one address)."""
+    repeats = 1
+    for extent, stride in zip(s.shape, s.strides):
+        if stride == 0:
+            repeats *= extent
+    return 1 / repeats
 
 
 def quick_estimate(graph: GIRGraph) -> Estimate:
@@ -106,9 +186,10 @@ def quick_estimate(graph: GIRGraph) -> Estimate:
 
 
 def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, registers_per_lane: int | None = None,
-              cache_rereads: int | None = None) -> Estimate:
+              cache_rereads: int | None = None, warm: dict | None = None, awake: bool = True) -> Estimate:
     """`cache_rereads`: re-read bytes the cache serves (`_cache_rereads`); None: every access
-    beyond `unique`."""
+    beyond `unique`. `warm`: bytes of `unique` the last-level cache serves (`_warm`); `awake`:
+    the team's threads spin when the graph starts."""
     t, prim = graph.target, graph.prim
     tm = t.timing
     accesses = traffic["read"] + traffic["write"]
@@ -129,13 +210,23 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     # re-reads come from the cache; across units they are a row's overlapping windows, vector
     # loads from L1 that the issue term already counts
     if cache_rereads is None:
-        cache_rereads = max(0, accesses - unique)
-    rereads = 0 if across else cache_rereads
-    dram_s = unique / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
+        cache_rereads = (max(0, accesses - unique), 0)
+    rereads, warm_rereads = (0, 0) if across else cache_rereads
+    warm = warm or {"read": 0, "write": 0}
+    cold = unique - warm["read"] - warm["write"]
+    dram_s = cold / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
+    if warm["read"] or warm["write"]:
+        dram_s += (warm["read"] + warm["write"]) / tm.warm_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
-        # what the threads stream: the distinct bytes and the re-reads L1 does not hold (those
-        # are loads in the issue term); across units, a row's neighbouring windows overlap in L1
-        latency_s = (unique + rereads) / (concurrent_units * tm.unit_bandwidth)
+        # what the threads stream: the distinct bytes read and the re-reads L1 does not hold
+        # (those are loads in the issue term; across units, a row's neighbouring windows overlap
+        # in L1), at half the copy's read + write rate, which is what a copy reads: a one-thread
+        # read-only sum ran at 13 GB/s on the EPYC whose copy moves 31 GB/s. Stores drain
+        # behind the reads. What the last-level cache holds streams at its own rate.
+        reads = (sum(n for (k, _), n in by_buffer.items() if k == "read") if by_buffer else traffic["read"]) - warm["read"]
+        latency_s = 2 * (reads + rereads - warm_rereads) / (concurrent_units * tm.unit_bandwidth)
+        if warm["read"] or warm_rereads:
+            latency_s += 2 * (warm["read"] + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
     else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
@@ -159,21 +250,23 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
-    launch = _launches(teams, t)
+    launch = _launches(teams, t, awake)
     parts |= {"barrier": barriers * waves * tm.barrier_s, "launch": launch}
     if parts["launch"] > core:
         bound = "launch"
     return Estimate(core + parts["barrier"] + parts["launch"], unique, kernels,
                     resident_units / t.max_units_per_processor, bound, parts, by_buffer,
                     bytes_in_flight=in_flight, instructions=int(program.instructions),
-                    notes={"waves": waves, "rounds": program.rounds, "blocks_per_processor": per_block})
+                    notes={"waves": waves, "rounds": program.rounds, "blocks_per_processor": per_block,
+                           "team_last": teams[-1] if teams else False})
 
 
-def _launches(teams: list[bool], t) -> float:
-    """Launch cost of a kernel sequence (True: the kernel forks a team). A fork right after
-    another finds the team spinning (the target's launch latency); the first, or one after a
-    one-thread kernel, wakes it where the target says its threads sleep by then (`wake_s`)."""
-    total, awake = 0.0, False
+def _launches(teams: list[bool], t, awake: bool = True) -> float:
+    """Launch cost of a kernel sequence (True: the kernel forks a team). A fork that finds the
+    team spinning (`awake` for the first: the context says) costs the target's launch latency;
+    one after a one-thread kernel wakes it where the target says its threads sleep by then
+    (`wake_s`)."""
+    total = 0.0
     for team in teams:
         if team:
             total += t.launch_latency_s if awake else (t.timing.wake_s or t.launch_latency_s)
@@ -221,6 +314,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     lanes, cap = t.lanes_per_unit, t.timing.loads_in_flight_per_lane
     p = _Program(instructions=t.timing.unit_setup if t.timing.unit_setup is not None else UNIT_SETUP)
     pending, used = 0, True
+    cpu = bool(t.timing.unit_bandwidth)
 
     def per_lane(op, s) -> int:
         return s.size if op.uniform else ceil(s.size / lanes)
@@ -237,6 +331,8 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             if width * itemsize(buffers[op.dst.buffer].dtype) > t.timing.widest_access_bytes:
                 width = 1
             accesses = ceil(per_lane(op, op.dst) / width)
+            if cpu and 0 in op.src.strides:  # the compiler loads a repeated element once per unit
+                accesses = ceil(accesses * _distinct_share(op.src))
             masked = op.src.is_masked or op.dst.is_masked
             p.instructions += accesses * (1 + ADDRESS + masked)
             if reads_dram:

@@ -30,6 +30,7 @@ from gir.ir.across_units import merges_rows, splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
 from gir.ir.affine import Affine, var
 from gir.ir.gops import Reduce
+from gir.ir.one_thread import runs_on_one_thread
 
 from ..cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
 from ..kernels import Kernel
@@ -50,6 +51,18 @@ def constant(k: int) -> Idx:
     """Element k as a compile-time index (one 'lane' holding it): addresses, register slots
     and masks along the slice's own dimensions are then decided at emit time."""
     return Idx(str(k), np.array([k]), np.array([True]))
+
+
+# A kernel with fewer rows than this runs each row as pieces of at least PIECE_ELEMENTS lanes
+# (a whole-tensor elementwise kernel is one row: it ran on one thread, 2x a chunked form).
+MIN_ROWS, PIECE_ELEMENTS = 64, 1024
+
+
+def row_pieces(rows: int, row_length: int) -> int:
+    """Pieces each row is cut into, so that the OpenMP loop has about MIN_ROWS iterations."""
+    if rows >= MIN_ROWS:
+        return 1
+    return max(1, min(-(-MIN_ROWS // rows), row_length // PIECE_ELEMENTS))
 
 
 def vectorises_across_units(k: Kernel) -> bool:
@@ -125,8 +138,19 @@ class AcrossUnits:
             d = len(grid)
             body = [f"const int b{d - 2} = q / {grid[-1]}, b{d - 1} = q % {grid[-1]};", *body]
         simd = ["#pragma omp simd", *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
+        rows, pieces = prod(outer), 1
         if not self._split(k):
-            nest += [f"const int lo = 0, hi = {self.padded_row or n};", "#define GIR_EDGE(c) (c)", *simd, "#undef GIR_EDGE"]
+            end = self.padded_row or n
+            pieces = 1 if runs_on_one_thread(k.params, self.target) else row_pieces(rows, end)
+            if pieces > 1:  # too few rows for the threads: each takes pieces of a row
+                share = -(-end // pieces)
+                step = -(-share // ROW_MULTIPLE) * ROW_MULTIPLE  # whole SIMD blocks per piece
+                nest = [f"const int r = t / {pieces}, piece = t % {pieces};", *nest,
+                        f"const int lo = piece * {step} < {end} ? piece * {step} : {end};",
+                        f"const int hi = lo + {step} < {end} ? lo + {step} : {end};"]
+            else:
+                nest += [f"const int lo = 0, hi = {end};"]
+            nest += ["#define GIR_EDGE(c) (c)", *simd, "#undef GIR_EDGE"]
         else:
             inside = " && ".join(f"{name} == {n}" for name in self.row_conditions.values()) or "1"
             nest += [f"int lo = 0, hi = {n};"]
@@ -137,8 +161,8 @@ class AcrossUnits:
             nest += ["#define GIR_EDGE(c) (c)", *block(f"for (int {b} = 0; {b} < lo; ++{b}) {{", edge),
                      *block(f"for (int {b} = hi; {b} < {n}; ++{b}) {{", edge), "#undef GIR_EDGE",
                      "#define GIR_EDGE(c) 1", *simd, "#undef GIR_EDGE"]
-        return [*head, self.team_pragma(k),
-                *block(f"  for (int r = 0; r < {prod(outer)}; ++r) {{", ["  " + ln for ln in nest], "  }"), "}"]
+        loop = f"  for (int r = 0; r < {rows}; ++r) {{" if pieces == 1 else f"  for (int t = 0; t < {rows * pieces}; ++t) {{"
+        return [*head, self.team_pragma(k), *block(loop, ["  " + ln for ln in nest], "  }"), "}"]
 
     def op_Move(self, op) -> list[str]:
         """In a padded row every DRAM load is masked: a select with zero, which gcc vectorises."""

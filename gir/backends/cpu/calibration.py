@@ -8,7 +8,10 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - issue rate: SIMD arithmetic on data already in L1, in unit-instructions per second;
   - dependent latency: GIR's own kernel for a sigmoid with one element per unit (nothing to
     overlap within a unit), as cycles per step of the time model's op costs (`perf.OP_COST`);
-  - wake-up: a fork after 200 us of one-thread work (the team's spins have run out by then);
+  - wake-up: a fork after 200 us of one-thread work (the team's spins have run out by then),
+    and how long the spins last: the shortest gap of one-thread work after which a fork pays it;
+  - warm copy bandwidth, all threads and one: arrays the last-level cache holds (what a kernel
+    reads that the kernel before it has just written);
   - op costs: unit-instructions per element of each math op in GIR's own kernels (a libm call
     per element, or the prelude's vectorised polynomial).
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
@@ -35,6 +38,8 @@ COPY_BYTES = 64 << 20      # per array: far above the last-level cache of any CP
 ISSUE_ELEMENTS = 2048      # 8 KiB: stays in L1
 ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-instructions: / SIMD width)
 WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
+SPIN_GAPS_S = (5e-6, 10e-6, 15e-6, 20e-6, 25e-6, 30e-6, 40e-6, 60e-6, 100e-6, 150e-6)  # gaps tried, shortest first
+WARM_BYTES = 2 << 20       # per array of the warm copy: beyond a core's L2, within the last-level cache
 OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
 SOURCE = r"""
@@ -93,6 +98,10 @@ class Calibration:
     format: int = FORMAT
     # since session 15 (absent from older files: those figures stay nominal until re-measured)
     wake_s: float = 0.0               # a fork after the team's threads went to sleep
+    # since session 19
+    spin_s: float = 0.0               # one-thread work after which a fork finds the team asleep
+    warm_bandwidth: float = 0.0       # bytes/s, read + write, all threads, arrays in the last-level cache
+    warm_unit_bandwidth: float = 0.0  # the same, one thread
     op_costs: dict | None = None      # unit-instructions per element of each math op, as GIR's kernels run it
 
     @property
@@ -100,7 +109,9 @@ class Calibration:
         from .target import CPU_NOMINAL_TIMING as nominal
         return replace(nominal, issue_per_clock=self.issue_per_s / nominal.clock_hz,
                        unit_bandwidth=self.unit_bandwidth, dependent_cycles=self.dependent_cycles,
-                       wake_s=self.wake_s or nominal.wake_s,
+                       wake_s=self.wake_s or nominal.wake_s, spin_s=self.spin_s or nominal.spin_s,
+                       warm_bandwidth=self.warm_bandwidth or nominal.warm_bandwidth,
+                       warm_unit_bandwidth=self.warm_unit_bandwidth or nominal.warm_unit_bandwidth,
                        op_cost=tuple(sorted((self.op_costs or {}).items())) or nominal.op_cost,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
@@ -167,8 +178,8 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     lib.gir_cal_empty(scratch.ctypes.data, threads)
     launch = _best_of(lambda: [lib.gir_cal_empty(scratch.ctypes.data, threads) for _ in range(calls)], repeats) / calls
 
-    def copy(t):
-        return lambda: lib.gir_cal_copy(dst.ctypes.data, src.ctypes.data, n, t)
+    def copy(t, count=n, times=1):
+        return lambda: [lib.gir_cal_copy(dst.ctypes.data, src.ctypes.data, count, t) for _ in range(times)]
     copy(threads)()  # page faults
     all_bw = 2 * COPY_BYTES / _best_of(copy(threads), repeats)
     progress(f"copy, {threads} thread(s): {all_bw / 1e9:.1f} GB/s")
@@ -187,12 +198,27 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     lib.gir_cal_gap_fork.argtypes, lib.gir_cal_gap_fork.restype = [ctypes.c_void_p, ctypes.c_long, ctypes.c_double], ctypes.c_double
     wakes = [lib.gir_cal_gap_fork(scratch.ctypes.data, threads, WAKE_GAP_S) for _ in range(20 * repeats)]
     wake = float(np.median(wakes))
-    progress(f"fork after {WAKE_GAP_S * 1e6:.0f} us of one-thread work: {wake * 1e6:.1f} us")
+    spin = _spin_s(lib, scratch, threads, launch, wake, repeats)
+    progress(f"fork after {WAKE_GAP_S * 1e6:.0f} us of one-thread work: {wake * 1e6:.1f} us; "
+             f"the team sleeps after {spin * 1e6:.0f} us")
+    warm_all, warm_one = (2 * WARM_BYTES * 20 / _best_of(copy(t, WARM_BYTES // 4, 20), repeats) for t in (threads, 1))
+    progress(f"copy of {WARM_BYTES >> 20} MiB in cache: {warm_all / 1e9:.1f} GB/s with {threads} threads, {warm_one / 1e9:.1f} with one")
     costs = _op_costs(repeats, issue)
     progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
-                       measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, op_costs=costs)
+                       measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,
+                       warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs)
+
+
+def _spin_s(lib, scratch, threads: int, launch: float, wake: float, repeats: int) -> float:
+    """The shortest of SPIN_GAPS_S after which a fork costs more than halfway from a spinning
+    team's launch to a sleeping team's wake-up (the longest gap tried where none does)."""
+    for gap in SPIN_GAPS_S:
+        forks = [lib.gir_cal_gap_fork(scratch.ctypes.data, threads, gap) for _ in range(5 * repeats)]
+        if np.median(forks) > (launch + wake) / 2:
+            return gap
+    return SPIN_GAPS_S[-1]
 
 
 # ONNX op -> the time model's op name (gir/fusion/perf.py OP_COST), with inputs in a range the op

@@ -6,6 +6,9 @@ calibration.py) when this CPU was measured, else from the nominal figures below.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
 
 from gir.ir.target import DEVICE, DRAM, REGISTER, UNIT, MemoryLevel, Target, Timing
 from gir.runtime.onednn import EPILOGUES
@@ -24,9 +27,37 @@ CPU_NOMINAL_TIMING = Timing(
     serial_below_bytes=1 << 20,           # what one thread streams (~30 GB/s) while a team of sleeping threads
                                           # forks and joins (38 us measured, passive waits): see gir/ir/one_thread.py
     wake_s=38e-6,                         # a fork whose threads sleep (passive waits, session 13's calibration)
+    spin_s=20e-6,                         # the engine's 1000 spins last 20-25 us on an AMD EPYC (session 19)
+    warm_bandwidth=100e9, warm_unit_bandwidth=60e9,  # a copy of 2 MiB arrays: 110-130 and 65-77 GB/s
+                                          # on that EPYC (session 19); measured by gir calibrate
     unit_setup=3,                         # per-unit index arithmetic: the compiler hoists most of it out of the
                                           # loop over units (GPUs keep the model's 12; tau-b on the rank data)
     source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")
+
+
+# What share of the last-level cache still holds the buffers the kernels just before touched:
+# the other half holds the weights and whatever else the run streams past (a rule of thumb;
+# AMD's L3 is a victim cache of the L2s, so it fills only as lines leave them).
+CACHE_SHARE = 2
+
+
+@lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int:
+    """The largest cache level's data or unified caches over all cores together (each shared
+    cache once), as Linux reports them; 0 where it does not (the model then has no cache term)."""
+    found: dict[int, dict[str, int]] = {}
+    for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            shared = (index / "shared_cpu_list").read_text().strip()
+            size = (index / "size").read_text().strip()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+            found.setdefault(level, {})[shared] = int(size.rstrip("KMG")) * scale
+        except (OSError, ValueError):
+            continue
+    return sum(found[max(found)].values()) if found else 0
 
 
 def local_cpu() -> Target:
@@ -36,7 +67,8 @@ def local_cpu() -> Target:
     simd = 8  # fp32 lanes of AVX2; the emitted C is vectorised by the compiler, not by hand
     from .calibration import stored
     measured = stored()
-    timing = measured.timing if measured else CPU_NOMINAL_TIMING
+    timing = replace(measured.timing if measured else CPU_NOMINAL_TIMING,
+                     cache_bytes=last_level_cache_bytes() // CACHE_SHARE)
     dram = measured.copy_bandwidth if measured else 10e9 * min(cores, 4)
     launch = measured.launch_s if measured else 2e-6
     return Target(
