@@ -292,14 +292,18 @@ def option_estimate(space: Space, o: Option, context: Context | None = None):
 
 
 def sequence_estimates(space: Space, seq) -> list:
-    """Each option's estimate in the context the options before it leave (the first: nothing
-    cached, the team awake, as back-to-back calls leave it)."""
-    out, context = [], Context()
-    for o in seq:
-        e = option_estimate(space, o, context)
-        out.append(e)
-        context = context.after(space.graph_of(o), e)
-    return out
+    """Each option's estimate in the context the options before it leave. The first finds what
+    the candidate's own previous call left, as `measure` calls it back to back: nothing cached
+    (the next call uses the next rotation set) and the team idle for the one-thread work after
+    its last fork (a first pass over the sequence finds how long)."""
+    def run(context):
+        out = []
+        for o in seq:
+            out.append(option_estimate(space, o, context))
+            context = context.after(space.graph_of(o), out[-1])
+        return out, context
+    _, end = run(Context())
+    return run(Context(idle_s=end.idle_s))[0]
 
 
 def build_kernels(space: Space, options, emitter) -> tuple[dict, dict]:

@@ -206,7 +206,7 @@ def test_cpu_launch_cost_follows_the_emitters_one_thread_rule_per_kernel():
     fused = _chain_graph(per_kernel, small, rewritten=True)  # one kernel, x and y: 384 KiB
     assert estimate(fused).kernels == 1 and estimate(fused).parts["launch"] == 0.0
     teams = _cpu_with(serial_below_bytes=1, wake_s=40e-6)
-    asleep = estimate(_chain_graph(teams, small, rewritten=False), context=Context(awake=False))
+    asleep = estimate(_chain_graph(teams, small, rewritten=False), context=Context(idle_s=float("inf")))
     assert asleep.parts["launch"] == pytest.approx(40e-6 + teams.launch_latency_s)
     awake = estimate(_chain_graph(teams, small, rewritten=False))  # alone: a kernel ran just before
     assert awake.parts["launch"] == pytest.approx(2 * teams.launch_latency_s)
@@ -272,10 +272,12 @@ def test_a_fork_after_long_one_thread_work_pays_the_wake_up():
     _, team_neg = _chain_kernels(team, n)
     after_long = estimate(team_neg, context=Context().after(exp, estimate(exp)))
     assert after_long.parts["launch"] == pytest.approx(40e-6)
-    long_spins = _cpu_with(serial_below_bytes=9 << 20, wake_s=40e-6, spin_s=1.0)
-    exp_spinning, _ = _chain_kernels(long_spins, n)
-    after_short = estimate(team_neg, context=Context().after(exp_spinning, estimate(exp_spinning)))
+    spinning = _cpu_with(serial_below_bytes=1, wake_s=40e-6, spin_s=1.0)  # spins outlast the Exp
+    _, spinning_neg = _chain_kernels(spinning, n)
+    after_short = estimate(spinning_neg, context=Context().after(exp, estimate(exp)))
     assert after_short.parts["launch"] == pytest.approx(team.launch_latency_s)
+    after_team = estimate(team_neg, context=Context(idle_s=1.0).after(team_neg, estimate(team_neg)))
+    assert after_team.parts["launch"] == pytest.approx(team.launch_latency_s)
 
 
 def test_a_broadcast_element_is_no_cpu_reread():

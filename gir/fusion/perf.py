@@ -77,18 +77,22 @@ class Estimate:
 class Context:
     """What the kernels that ran just before leave to the next one on a CPU: the buffers they
     touched that the last-level cache still holds (name, bytes; least recently touched first)
-    and whether the team's threads still spin. A sequence of kernels is estimated in order
-    (`sequence`); a kernel estimated alone has the default: nothing cached, the team awake (in
-    a run, another kernel or library call came just before it)."""
+    and how long the team has had no work (one-thread kernels since its last fork: its threads
+    sleep once that passes `Timing.spin_s`). A sequence of kernels is estimated in order
+    (`sequence`); a kernel estimated alone has the default: nothing cached, the team just
+    busy (in a run, another kernel or library call came just before it)."""
     recent: tuple = ()
-    awake: bool = True
+    idle_s: float = 0.0
 
     def holds(self, name: str) -> bool:
         return any(n == name for n, _ in self.recent)
 
+    def awake(self, timing) -> bool:
+        return self.idle_s <= timing.spin_s
+
     def after(self, graph: GIRGraph, e: "Estimate") -> "Context":
         """The context the next kernel finds: `graph`'s DRAM buffers most recent, the oldest
-        evicted beyond the cache, and the team asleep after one-thread work longer than its spins."""
+        evicted beyond the cache, and the team's idle time grown by one-thread work."""
         tm = graph.target.timing
         if not tm.cache_bytes:
             return self
@@ -98,8 +102,7 @@ class Context:
         recent += [(n, min(graph.buffers[n].nbytes, tm.cache_bytes)) for n in touched]
         while recent and sum(b for _, b in recent) > tm.cache_bytes:
             recent.pop(0)
-        awake = e.notes.get("team_last", False) or (self.awake and e.seconds < tm.spin_s)
-        return Context(tuple(recent), awake)
+        return Context(tuple(recent), 0.0 if e.notes.get("team_last") else self.idle_s + e.seconds)
 
 
 def sequence(graphs: list[GIRGraph], context: Context | None = None) -> list[Estimate]:
@@ -119,7 +122,7 @@ def estimate(graph: GIRGraph, registers_per_lane: int | None = None, context: Co
     context = context or Context()
     by_buffer = dram_footprint_by_buffer(graph)
     return _estimate(graph, sum(by_buffer.values()), by_buffer, level_bytes(graph, DRAM), registers_per_lane,
-                     _cache_rereads(graph, by_buffer), _warm(graph, by_buffer, context), context.awake)
+                     _cache_rereads(graph, by_buffer), _warm(graph, by_buffer, context), context.awake(graph.target.timing))
 
 
 def _warm(graph: GIRGraph, by_buffer: dict, context: Context) -> dict:
@@ -218,15 +221,12 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     if warm["read"] or warm["write"]:
         dram_s += (warm["read"] + warm["write"]) / tm.warm_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
-        # what the threads stream: the distinct bytes read and the re-reads L1 does not hold
-        # (those are loads in the issue term; across units, a row's neighbouring windows overlap
-        # in L1), at half the copy's read + write rate, which is what a copy reads: a one-thread
-        # read-only sum ran at 13 GB/s on the EPYC whose copy moves 31 GB/s. Stores drain
-        # behind the reads. What the last-level cache holds streams at its own rate.
-        reads = (sum(n for (k, _), n in by_buffer.items() if k == "read") if by_buffer else traffic["read"]) - warm["read"]
-        latency_s = 2 * (reads + rereads - warm_rereads) / (concurrent_units * tm.unit_bandwidth)
-        if warm["read"] or warm_rereads:
-            latency_s += 2 * (warm["read"] + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
+        # what the threads stream: the distinct bytes and the re-reads L1 does not hold (those
+        # are loads in the issue term); across units, a row's neighbouring windows overlap in L1.
+        # What the last-level cache holds streams at its own rate.
+        latency_s = (cold + rereads - warm_rereads) / (concurrent_units * tm.unit_bandwidth)
+        if warm["read"] or warm["write"] or warm_rereads:
+            latency_s += (warm["read"] + warm["write"] + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
     else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
@@ -246,7 +246,12 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     # blocks is bound by it however little each block does
     dispatch_s = ceil(prim.num_blocks / processors) * tm.block_dispatch_s
     parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s, "dispatch": dispatch_s}
-    core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
+    if tm.unit_bandwidth and not across and one_thread:
+        # a CPU thread running its units one after another waits for a unit's loads before its
+        # dependent arithmetic (a reduction's chain), then computes: the terms add
+        core = max(dram_s, latency_s) + compute_s + shared_s + dispatch_s
+    else:
+        core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
     bound = max(parts, key=parts.get)
     barriers = sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == BLOCK)
     kernels = 1 + sum(1 for _, op in graph.ops() if isinstance(op, Sync) and op.scope == DEVICE)
