@@ -94,15 +94,16 @@ class Context:
         """The context the next kernel finds: `graph`'s DRAM buffers most recent, the oldest
         evicted beyond the cache, and the team's idle time grown by one-thread work."""
         tm = graph.target.timing
+        idle = 0.0 if e.notes.get("team_last") else self.idle_s + e.seconds
         if not tm.cache_bytes:
-            return self
+            return Context((), idle)
         # what it wrote is the most recent: after what it read
         touched = list(dict.fromkeys(name for kind in ("read", "write") for k, name in e.dram_by_buffer if k == kind))
         recent = [(n, b) for n, b in self.recent if n not in touched]
         recent += [(n, min(graph.buffers[n].nbytes, tm.cache_bytes)) for n in touched]
         while recent and sum(b for _, b in recent) > tm.cache_bytes:
             recent.pop(0)
-        return Context(tuple(recent), 0.0 if e.notes.get("team_last") else self.idle_s + e.seconds)
+        return Context(tuple(recent), idle)
 
 
 def sequence(graphs: list[GIRGraph], context: Context | None = None) -> list[Estimate]:
@@ -127,11 +128,10 @@ def estimate(graph: GIRGraph, registers_per_lane: int | None = None, context: Co
 
 def _warm(graph: GIRGraph, by_buffer: dict, context: Context) -> dict:
     """Distinct DRAM-level bytes the last-level cache serves (a CPU target with `cache_bytes`),
-    by kind: reads of what a kernel just before touched and the cache still holds, and of an
-    intermediate this graph's own earlier kernel wrote (no larger than the cache); writes of
-    buffers no larger than the cache, which take their lines there and leave for DRAM while
-    later kernels run (or never: the next run overwrites them in place). The sequence's
-    inputs and weights come from DRAM."""
+    by kind: reads and writes of what a kernel just before touched and the cache still holds,
+    and reads of an intermediate this graph's own earlier kernel wrote; of a buffer larger than
+    the cache, its cache-sized share. Everything else (the sequence's inputs and weights, a
+    first write) is DRAM's."""
     limit = graph.target.timing.cache_bytes
     warm = {"read": 0, "write": 0}
     if not limit:
@@ -144,7 +144,7 @@ def _warm(graph: GIRGraph, by_buffer: dict, context: Context) -> dict:
     return warm
 
 
-def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
+def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> tuple[int, int]:
     """DRAM-level re-reads (accesses beyond each buffer's distinct bytes) that come from the
     cache: all of them on a GPU; on a CPU those of buffers larger than its L1 data cache (the
     `spill_bytes_per_unit` bound). A small buffer every unit re-reads (GEMV's x, a LayerNorm's
@@ -160,7 +160,7 @@ def _cache_rereads(graph: GIRGraph, by_buffer: dict) -> int:
     tm = graph.target.timing
     for _, key, s, buf in accesses_at(graph, DRAM):
         n = valid_count(s, graph.prim) * itemsize(buf.dtype)
-        if tm.spill_bytes_per_unit and 0 in s.strides:
+        if tm.unit_bandwidth and 0 in s.strides:  # a CPU thread
             n = int(n * _distinct_share(s))
         per_buffer[key, s.buffer] = per_buffer.get((key, s.buffer), 0) + n
     l1 = tm.spill_bytes_per_unit
