@@ -66,6 +66,10 @@ WINDOWS = [
     ("Conv", (1, 8, 9, 6), (3, 3), dict(group=8, pads=[0, 1, 2, 1])),
     ("MaxPool", (1, 6, 7, 9), (3, 3), dict(pads=[1, 1, 1, 1])),
     ("AveragePool", (1, 5, 11, 5), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
+    # few rows, long, over a megabyte: the team takes pieces of each row (row_pieces), the row
+    # padded to whole SIMD blocks and masked at both ends of every piece's window
+    ("Conv", (1, 2, 3, 50_003), (3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+    ("MaxPool", (1, 3, 2, 60_001), (1, 3), dict(pads=[0, 1, 0, 1])),
 ]
 
 
@@ -90,6 +94,11 @@ def _compiled_source(model, tmp_path) -> str:
     out = tmp_path / "out"
     assert main(["compile", str(path), "--target", "cpu", "-o", str(out), "--quiet"]) == 0
     return "\n".join(p.read_text() for p in sorted((out / "kernels").glob("*.c")))
+
+
+def test_a_conv_with_few_long_rows_runs_them_in_pieces(tmp_path):
+    source = _compiled_source(window_model("Conv", (1, 2, 3, 50_003), (3, 3), group=2, pads=[1, 1, 1, 1]), tmp_path)
+    assert re.search(r"for \(int t = 0; t < \d+; \+\+t\)", source) and "piece" in source, source[:1500]
 
 
 def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
