@@ -69,7 +69,8 @@ class Timing:
     block_dispatch_s: float = 0.0    # GPU: a processor starts at most one block per this (the block
                                      # scheduler's rate); 0: not modelled
     spin_s: float = 0.0              # CPU: how long an idle team's threads spin before they sleep (a fork
-                                     # within it costs the launch latency, after it `wake_s`); 0: not modelled
+                                     # within it costs the launch latency, after it `wake_s`); 0: any
+                                     # one-thread work before a fork lets them sleep
     cache_bytes: int = 0             # CPU: last-level cache bytes that still hold the buffers the kernels
                                      # just before touched (gir/fusion/perf.py Context); 0: not modelled
     warm_bandwidth: float = 0.0      # CPU: bytes/s, read + write, all threads, of buffers held in that cache

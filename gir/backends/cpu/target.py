@@ -27,7 +27,7 @@ CPU_NOMINAL_TIMING = Timing(
     serial_below_bytes=1 << 20,           # what one thread streams (~30 GB/s) while a team of sleeping threads
                                           # forks and joins (38 us measured, passive waits): see gir/ir/one_thread.py
     wake_s=38e-6,                         # a fork whose threads sleep (passive waits, session 13's calibration)
-    spin_s=20e-6,                         # the engine's 1000 spins last 20-25 us on an AMD EPYC (session 19)
+    spin_s=20e-6,                         # the engine's 1000 spins: 20-40 us measured on an AMD EPYC (session 19)
     warm_bandwidth=100e9, warm_unit_bandwidth=60e9,  # a copy of 2 MiB arrays: 110-130 and 65-77 GB/s
                                           # on that EPYC (session 19); measured by gir calibrate
     unit_setup=3,                         # per-unit index arithmetic: the compiler hoists most of it out of the
