@@ -214,6 +214,8 @@ def test_cpu_launch_cost_follows_the_emitters_one_thread_rule_per_kernel():
 
 def test_the_gpu_presets_keep_the_cpu_only_terms_off():
     assert all(t.timing.wake_s == 0 and not t.timing.op_cost and t.timing.unit_setup is None for t in PRESETS.values())
+    assert all(t.timing.cache_bytes == 0 and t.timing.spin_s == 0 and t.timing.unit_bandwidth == 0
+               and t.timing.warm_bandwidth == 0 for t in PRESETS.values())
 
 def test_measured_op_costs_replace_the_nominal_table():
     """A target whose calibration measured tanh as a libm call per element (hundreds of
