@@ -30,7 +30,6 @@ from gir.ir.across_units import merges_rows, splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
 from gir.ir.affine import Affine, var
 from gir.ir.gops import Reduce
-from gir.ir.one_thread import runs_on_one_thread
 
 from ..cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
 from ..kernels import Kernel
@@ -141,7 +140,7 @@ class AcrossUnits:
         rows, pieces = prod(outer), 1
         if not self._split(k):
             end = self.padded_row or n
-            pieces = 1 if runs_on_one_thread(k.params, self.target) else row_pieces(rows, end)
+            pieces = row_pieces(rows, end) if self.forks_team(k) else 1
             if pieces > 1:  # too few rows for the threads: each takes pieces of a row
                 share = -(-end // pieces)
                 step = -(-share // ROW_MULTIPLE) * ROW_MULTIPLE  # whole SIMD blocks per piece
