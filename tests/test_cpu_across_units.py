@@ -56,6 +56,12 @@ WINDOWS = [
     ("Conv", (1, 12, 30, 31), (3, 3), dict(group=12, pads=[1, 1, 1, 1], strides=[2, 2])),
     ("Conv", (1, 8, 29, 40), (3, 3), dict(group=8, pads=[0, 1, 2, 1], strides=[1, 3])),
     ("Conv", (1, 8, 28, 36), (5, 5), dict(group=8, pads=[2, 2, 2, 2], strides=[2, 4])),
+    # strided rows of 34 units or more: the interior in two overlapping passes (16m + 1 units,
+    # then the last 17), or one pass where the interior is 16m + 1 long already
+    ("Conv", (1, 4, 9, 150), (3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("Conv", (1, 3, 8, 70), (5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ("Conv", (1, 4, 10, 53), (7, 7), dict(group=4, pads=[3, 3, 3, 3])),
+    ("MaxPool", (1, 3, 9, 101), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 6, 17, 33), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 4, 20, 48), (3, 3), dict(pads=[1, 1, 1, 1])),
     ("AveragePool", (1, 6, 16, 24), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
@@ -150,6 +156,19 @@ def test_strided_rows_run_the_interior_unmasked_and_the_borders_scalar(tmp_path)
     assert re.match(r"\s*#pragma omp simd\s*for \(int b(\d) = lo; b\1 < hi;", simd), simd[:300]
     border = source.split("#define GIR_EDGE(c) (c)", 1)[1].split("#undef GIR_EDGE", 1)[0]
     assert border.count("__asm__ __volatile__") == 2 and "GIR_EDGE(" in border
+
+
+def test_a_long_strided_rows_interior_leaves_no_scalar_remainder(tmp_path):
+    """Rows of 75 units, 74 of them interior: the first pass runs 65 (16m + 1: gcc peels one
+    unit for the strided loads' gap), the second the last 17 again, so at most two units a row
+    run scalar instead of the 9 gcc's remainder loop took."""
+    source = _compiled_source(window_model("Conv", (1, 4, 9, 150), (3, 3), group=4, pads=[1, 1, 1, 1],
+                                           strides=[2, 2]), tmp_path)
+    simd = source.split("#define GIR_EDGE(c) 1", 1)[1]
+    assert re.match(r"\s*for \(int pass = 0; pass < 2; \+\+pass\) \{\s*"
+                    r"const int whole = hi - lo > 17 \? \(hi - lo - 1\) / 16 \* 16 \+ 1 : hi - lo;", simd), simd[:400]
+    assert re.search(r"const int s = pass == 0 \? lo : hi - 17, e = pass == 0 \? lo \+ whole : hi;\s*"
+                     r"#pragma omp simd\s*for \(int b(\d) = s; b\1 < e;", simd)
 
 
 def _across_candidates(limit_per_case: int = 2):
