@@ -31,7 +31,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-import gir.backends.cpu.across_units as emitter_form
+import gir.backends.across_units as emitter_form
 import gir.fusion.epilogue as epilogue
 import models
 from gir.backends.cpu.engine import NativeCpuEngine

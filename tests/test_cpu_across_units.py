@@ -1,4 +1,4 @@
-"""The CPU emitter's SIMD-across-units form (gir/backends/cpu/across_units.py): which kernels
+"""The CPU emitter's SIMD-across-units form (gir/backends/across_units.py): which kernels
 take it, that their source is the loop nest it promises, and that their numbers agree with the
 reference interpreter (template candidates) and onnxruntime (window models through the
 Session): masks at every edge, row conditions hoisted out of the SIMD loop, fills other than
@@ -15,11 +15,11 @@ from onnx import TensorProto, helper, numpy_helper
 import gir
 from gir.cli import main
 from gir.backends.cpu import compiler as cpu
-from gir.backends.cpu.across_units import vectorises_across_units
+from gir.backends.across_units import vectorises_across_units
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import emit_graph, split_kernels
 from gir.ir import get_target, run
-from gir.ir.across_units import MAX_ELEMENTS
+from gir.ir.across_units import MAX_ELEMENTS, channel_lanes
 from gir.templates import candidates
 
 from backend_cases import compare, seeded_feeds, template_cases
@@ -62,6 +62,14 @@ WINDOWS = [
     ("Conv", (1, 3, 8, 70), (5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2])),
     ("Conv", (1, 4, 10, 53), (7, 7), dict(group=4, pads=[3, 3, 3, 3])),
     ("MaxPool", (1, 3, 9, 101), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    # short strided rows over 8 channels or more: lanes on channels, planes staged per block
+    # of 16 (a partial last block, a batch axis before the channels, fills other than zero,
+    # two output channels per group)
+    ("Conv", (1, 20, 14, 14), (5, 5), dict(group=20, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ("Conv", (2, 16, 15, 13), (3, 3), dict(group=16, pads=[1, 0, 2, 1], strides=[2, 2])),
+    ("Conv", (1, 16, 14, 14), (3, 3), dict(group=8, out_channels=16, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("MaxPool", (1, 20, 15, 15), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("AveragePool", (1, 24, 13, 13), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=0)),
     ("MaxPool", (1, 6, 17, 33), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 4, 20, 48), (3, 3), dict(pads=[1, 1, 1, 1])),
     ("AveragePool", (1, 6, 16, 24), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
@@ -150,7 +158,7 @@ def test_a_strided_short_row_is_not_merged(tmp_path):
 def test_strided_rows_run_the_interior_unmasked_and_the_borders_scalar(tmp_path):
     """A stride-2 depthwise conv steps two input elements per unit: the SIMD loop covers the
     interior with GIR_EDGE compiled out, the borders are scalar loops with the masks."""
-    source = _compiled_source(window_model("Conv", (1, 16, 23, 36), (5, 5), group=16, pads=[2, 2, 2, 2],
+    source = _compiled_source(window_model("Conv", (1, 4, 23, 36), (5, 5), group=4, pads=[2, 2, 2, 2],
                                            strides=[2, 2]), tmp_path)
     simd = source.split("#define GIR_EDGE(c) 1", 1)[1]
     assert re.match(r"\s*#pragma omp simd\s*for \(int b(\d) = lo; b\1 < hi;", simd), simd[:300]
@@ -169,6 +177,58 @@ def test_a_long_strided_rows_interior_leaves_no_scalar_remainder(tmp_path):
                     r"const int whole = hi - lo > 17 \? \(hi - lo - 1\) / 16 \* 16 \+ 1 : hi - lo;", simd), simd[:400]
     assert re.search(r"const int s = pass == 0 \? lo : hi - 17, e = pass == 0 \? lo \+ whole : hi;\s*"
                      r"#pragma omp simd\s*for \(int b(\d) = s; b\1 < e;", simd)
+
+
+def test_short_strided_rows_over_many_channels_run_lanes_on_channels(tmp_path):
+    """A 5x5 stride-2 depthwise conv over 20x14x14: rows of 7 units, but 20 channels. Each
+    block of 16 channels copies its input planes and weights into local arrays, channel
+    innermost; the SIMD loop runs over the block's channels, each tap a contiguous unmasked
+    load through a pointer chosen per output position (the stage or a row of zeros), and the
+    outputs are copied back from their own local array."""
+    source = _compiled_source(window_model("Conv", (1, 20, 14, 14), (5, 5), group=20, pads=[2, 2, 2, 2],
+                                           strides=[2, 2]), tmp_path)
+    assert re.search(r"for \(int r = 0; r < 2; \+\+r\)", source), source[-3000:]
+    assert "const int c_lo = cb * 16, c_hi = c_lo + 16 < 20 ? c_lo + 16 : 20;" in source
+    assert re.search(r"float st_g_x\[\d+\];", source) and re.search(r"float st_g_y\[784\];", source)
+    assert re.search(r"const float\* p\d+ = \(.*\) \? st_g_x \+ \(.*\) : fill\d+;", source)
+    simd = source.split("#pragma omp simd", 1)[1]
+    assert re.match(r"\s*for \(int b1 = c_lo; b1 < c_hi; \+\+b1\)", simd)
+    loads = re.findall(r"= (p\d+)\[b1 - c_lo\];", simd)
+    assert len(loads) >= 9 and not re.search(r"(?<!st_)g_x\[", simd) and "GIR_EDGE((b1 <" not in simd
+    assert re.search(r"g_y\[base \+ e\] = st_g_y\[e \* 16 \+ l\];", source)
+
+
+def _channel_lane_kernels():
+    """(case id, planned GIR graph) of every window model whose kernel takes the channel-lane
+    form (gir/ir/across_units.py channel_lanes)."""
+    out = []
+    for op, shape, kernel, attrs in WINDOWS:
+        if "strides" not in attrs:  # the form is for strided rows
+            continue
+        attrs = dict(attrs)
+        model = window_model(op, shape, kernel, group=attrs.pop("group", 1), **attrs)
+        for step in gir.Session(model, target="cpu").plan.steps:
+            g = getattr(step, "graph", None)
+            if g is not None and any(channel_lanes([o for _, o in k.ops], k.prim, k.buffers) for k in split_kernels(g)):
+                out.append(pytest.param(g, id=f"{op}{shape}{kernel}"))
+    return out
+
+
+CHANNEL_LANE_KERNELS = _channel_lane_kernels()
+
+
+@pytest.mark.parametrize("graph", CHANNEL_LANE_KERNELS)
+def test_channel_lane_kernels_match_the_interpreter(graph):
+    """Each channel-lane kernel on the CPU harness, whose guard bytes catch a stray write of the
+    staging copies, against the reference interpreter."""
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal(b.size).astype(np.float32) for n, b in graph.buffers.items()
+             if b.level == "dram" and b.role in ("input", "const")}
+    compare(cpu.run(graph, feeds), run(graph, feeds).outputs, graph.name)
+
+
+def test_the_channel_lane_form_is_exercised():
+    assert len(CHANNEL_LANE_KERNELS) >= 6
 
 
 def _across_candidates(limit_per_case: int = 2):
@@ -226,7 +286,7 @@ def test_too_few_rows_are_cut_into_pieces_for_the_threads(shape):
     over pieces of the rows, so every thread gets a share (it ran on one thread, 2x slower
     than the chunked form, results/perf_model_rank_gelu.md), and the pieces cover each row
     exactly once, its ragged end included."""
-    from gir.backends.cpu.across_units import PIECE_ELEMENTS, row_pieces
+    from gir.backends.across_units import PIECE_ELEMENTS, row_pieces
     from gir.frontend import load
     node = helper.make_node("Erf", ["x"], ["y"])
     io = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape))

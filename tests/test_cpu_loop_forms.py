@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gir.backends.cpu import compiler as cpu
-from gir.backends.cpu.across_units import vectorises_across_units
+from gir.backends.across_units import vectorises_across_units
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import split_kernels
 from gir.backends.loop_fusion import fuse_element_loops

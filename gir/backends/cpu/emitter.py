@@ -9,7 +9,7 @@ from gir.ir.one_thread import runs_on_one_thread
 from ..cstyle import CStyle, LoopedLanes
 from ..kernels import EmitError, Kernel
 from ..prelude import CSpelling, shared_prelude
-from .across_units import AcrossUnits
+from ..across_units import AcrossUnits
 
 CPU_PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
@@ -27,6 +27,25 @@ static inline float gir_bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f
 #define GIR_FMA(a, b, c) fmaf(a, b, c)  /* one instruction and one rounding where the ISA has it */
 #else
 #define GIR_FMA(a, b, c) ((a) * (b) + (c))  /* fmaf without the instruction is a libm call */
+#endif
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define GIR_TILE16 1  /* the channel-lane form's staging copies 16x16 float tiles in registers */
+typedef float gir_v16f __attribute__((vector_size(64)));
+typedef int gir_v16i __attribute__((vector_size(64)));
+static inline void gir_tile16(const float* src, long ss, float* dst, long ds) {
+  /* dst[j * ds + l] = src[l * ss + j] for j, l < 16: at scales 1, 2, 4 and 8 the off-diagonal
+     blocks swap, one two-source shuffle per row each (vpermt2ps); 4x the scalar copy's rate */
+  gir_v16f m[16];
+  for (int l = 0; l < 16; ++l) memcpy(&m[l], src + l * ss, 64);
+#define GIR_SWAP(s, ...) for (int i = 0; i < 16; ++i) if (!(i & s)) { const gir_v16f a = m[i], b = m[i + s]; \
+    const gir_v16i lo = {__VA_ARGS__}, hi = lo + s; m[i] = __builtin_shuffle(a, b, lo); m[i + s] = __builtin_shuffle(a, b, hi); }
+  GIR_SWAP(1, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
+  GIR_SWAP(2, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
+  GIR_SWAP(4, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
+  GIR_SWAP(8, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+#undef GIR_SWAP
+  for (int j = 0; j < 16; ++j) memcpy(dst + j * ds, &m[j], 64);
+}
 #endif
 static inline float gir_expf(float x) {
   /* exp as 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 in two parts, p Cephes' minimax
@@ -102,6 +121,7 @@ class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
     kernel_prefix = "void"
     gather_flag_type = None  # the library's gir_gather_oob global instead (one process, one flag)
     simd_pragma = "#pragma omp simd"
+    scalar_barrier = '__asm__ __volatile__("" ::: "memory");'  # an empty asm gcc cannot vectorise across
     restrict = "restrict"
     types = {"float32": "float", "float16": "uint16_t", "bfloat16": "uint16_t", "float64": "double", "int64": "int64_t",
              "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool"}

@@ -23,7 +23,7 @@ CPU_NOMINAL_TIMING = Timing(
     widest_access_bytes=4,                # lanes are SIMD lanes: the compiler vectorises, not `vec`
     spill_bytes_per_unit=32 * 1024,       # a thread's register arrays sit on its stack: L1d of 32 KiB
     dependent_cycles=4,                   # FMA/add latency of x86 cores (Agner Fog's tables); measured by gir calibrate
-    simd_across_units=True,               # the C emitter's across-units form (gir/backends/cpu/across_units.py)
+    simd_across_units=True,               # the C emitter's across-units form (gir/backends/across_units.py)
     serial_below_bytes=1 << 20,           # what one thread streams (~30 GB/s) while a team of sleeping threads
                                           # forks and joins (38 us measured, passive waits): see gir/ir/one_thread.py
     wake_s=38e-6,                         # a fork whose threads sleep (passive waits, session 13's calibration)

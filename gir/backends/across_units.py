@@ -26,13 +26,14 @@ from math import prod
 import numpy as np
 
 from gir.ir import DRAM, REGISTER
-from gir.ir.across_units import merges_rows, splits_rows
+from gir.ir.across_units import channel_lanes, merges_rows, splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
 from gir.ir.affine import Affine, var
 from gir.ir.gops import Reduce
 
-from ..cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
-from ..kernels import Kernel
+from .channel_lanes import ChannelLanes
+from .cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
+from .kernels import Kernel
 
 # A row longer than this and not a multiple of it runs padded to one, its extra lanes masked
 # off every DRAM access that moves along the row: gcc left a 14- or 28-unit row's remainder
@@ -71,11 +72,16 @@ def vectorises_across_units(k: Kernel) -> bool:
     return takes_form([op for _, op in k.ops], k.prim, k.buffers)
 
 
-class AcrossUnits:
-    """Mixin for the CPU dialect (before LoopedLanes in the bases): active for one kernel
-    while `self.across` is set by `kernel_source`."""
+class AcrossUnits(ChannelLanes):
+    """Mixin for a dialect whose lanes are loop iterations of one thread (before LoopedLanes in
+    the bases), active for one kernel while `self.across` is set by `kernel_source`. The
+    dialect gives its `simd_pragma`, its `scalar_barrier` (a statement that keeps the
+    compiler from vectorising a loop) and its team hooks (`team_pragma`, `forks_team`); the
+    C prelude may define GIR_TILE16 and gir_tile16 for the channel-lane form's copies."""
+    scalar_barrier = ""
     across = False
     merged = False  # the SIMD loop runs over the last two grid axes as one (merges_rows)
+    staging = None  # the lanes run over channels, planes staged (gir/ir/across_units.py channel_lanes)
     allow_across = True  # False: every kernel in the per-unit form (calibration times that form)
 
     @property
@@ -87,34 +93,43 @@ class AcrossUnits:
         if not self.across:
             return super().kernel_source(k)
         self.offsets: dict[tuple, str] = {}
+        self.pointers: dict[tuple, str] = {}  # staged loads chosen per output position (_staged_load)
+        self.fill_rows: dict[tuple, str] = {}
         self.row_conditions: dict[str, str] = {}
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
-        self.merged = merges_rows([op for _, op in k.ops], k.prim, k.buffers)
+        ops = [op for _, op in k.ops]
+        self.staging = channel_lanes(ops, k.prim, k.buffers)
+        self.merged = not self.staging and merges_rows(ops, k.prim, k.buffers)
         n = self._row_length(k)
         # a merged row is not padded: padded to 16 lanes a 7x7 plane's 3x3 conv ran 1.5x slower
-        self.padded_row = 0 if self.merged or self._split(k) or n % ROW_MULTIPLE == 0 or n < ROW_MULTIPLE else \
+        self.padded_row = 0 if self.merged or self.staging or self._split(k) or n % ROW_MULTIPLE == 0 or n < ROW_MULTIPLE else \
             -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
         try:
             body = self.kernel_body(k)
             head, _ = super().kernel_frame(k)
             return "\n".join(self.across_frame(k, head, body)) + "\n"
         finally:
-            self.across = False
+            self.across, self.staging = False, None
 
     # -- the loop nest --------------------------------------------------------------------
     @property
     def _last(self) -> str:
-        """The SIMD loop's index: the last grid axis, or `q` over the last two merged."""
+        """The SIMD loop's index: the last grid axis, `q` over the last two merged, or the
+        channel axis."""
+        if self.staging:
+            return f"b{self.staging.axis}"
         return "q" if self.merged else f"b{len(self.k.prim.grid) - 1}"
 
     @property
     def _along(self) -> set[str]:
         """The grid axes the SIMD loop runs over."""
         d = len(self.k.prim.grid)
-        return {f"b{d - 2}", f"b{d - 1}"} if self.merged else {f"b{d - 1}"}
+        return {f"b{d - 2}", f"b{d - 1}"} if self.merged else {self._last}
 
     def _row_length(self, k: Kernel) -> int:
         grid = k.prim.grid
+        if self.staging:
+            return grid[self.staging.axis]
         return grid[-1] * grid[-2] if self.merged else grid[-1]
 
     def across_frame(self, k: Kernel, head: list[str], body: list[str]) -> list[str]:
@@ -126,6 +141,8 @@ class AcrossUnits:
         mask holds, with GIR_EDGE(c) defined as 1, and the borders before and after it run
         masked and scalar (an empty asm with a memory clobber keeps gcc from vectorising
         them); a row where a row condition fails is all border."""
+        if self.staging:
+            return self._channel_frame(k, head, body)
         grid, b = k.prim.grid, self._last
         n, outer = self._row_length(k), grid[:-2] if self.merged else grid[:-1]
         coords = []
@@ -138,7 +155,7 @@ class AcrossUnits:
         if self.merged:  # the two axes' coordinates per lane, for the masks (addresses use q)
             d = len(grid)
             body = [f"const int b{d - 2} = q / {grid[-1]}, b{d - 1} = q % {grid[-1]};", *body]
-        simd = ["#pragma omp simd", *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
+        simd = [self.simd_pragma, *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
         rows, pieces = prod(outer), 1
         if not self._split(k):
             end = self.padded_row or n
@@ -158,7 +175,7 @@ class AcrossUnits:
             nest += [f"{{ const int e = {e}; if ({'e > lo' if side == 'lo' else 'e < hi'}) {side} = e; }}"
                      for e, side in self.bounds.items()]
             nest += [f"if (!({inside})) lo = hi = {n};", f"if (lo > {n}) lo = {n};", "if (hi < lo) hi = lo;"]
-            edge = ['__asm__ __volatile__("" ::: "memory");  /* keeps this border loop scalar */', *body]
+            edge = [f"{self.scalar_barrier}  /* keeps this border loop scalar */", *body]
             nest += ["#define GIR_EDGE(c) (c)", *block(f"for (int {b} = 0; {b} < lo; ++{b}) {{", edge),
                      *block(f"for (int {b} = hi; {b} < {n}; ++{b}) {{", edge), "#undef GIR_EDGE",
                      "#define GIR_EDGE(c) 1", *self._interior_loops(k, body), "#undef GIR_EDGE"]
@@ -179,11 +196,11 @@ class AcrossUnits:
         # a short row stays one loop: run as two passes of 9 units in 32-byte vectors, a 14-unit
         # row of a 3x3 stride-2 conv over 240x28x28 took 215 us against 177 as one loop
         if self._rereads_own_output(k) or self._row_length(k) < 2 * (c + 1):
-            return ["#pragma omp simd", *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
+            return [self.simd_pragma, *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
         head = [f"const int whole = hi - lo > {c + 1} ? (hi - lo - 1) / {c} * {c} + 1 : hi - lo;",
                 "if (pass == 1 && whole == hi - lo) break;",
                 f"const int s = pass == 0 ? lo : hi - {c + 1}, e = pass == 0 ? lo + whole : hi;",
-                "#pragma omp simd", *block(f"for (int {b} = s; {b} < e; ++{b}) {{", body)]
+                self.simd_pragma, *block(f"for (int {b} = s; {b} < e; ++{b}) {{", body)]
         return block("for (int pass = 0; pass < 2; ++pass) {", head)
 
     @staticmethod
@@ -194,9 +211,11 @@ class AcrossUnits:
         return any(s.buffer in written for op in ops for s in op.reads())
 
     def op_Move(self, op) -> list[str]:
-        """In a padded row every DRAM load is masked: a select with zero, which gcc vectorises."""
+        """In a padded row every DRAM load is masked: a select with zero, which gcc vectorises.
+        A staged load (channel lanes) takes its fill from a row of fill values instead."""
         if self.across and op.fill is None and self._moves_along_row(op.src) and self.level(op.dst) == REGISTER:
             op = replace(op, fill=0)
+        self._fill = None if op.fill is None else self.storage_literal(op.fill, self.dtype(op.src))
         return super().op_Move(op)
 
     def _moves_along_row(self, s) -> bool:
@@ -212,6 +231,11 @@ class AcrossUnits:
         return splits_rows([op for _, op in k.ops], k.prim, k.buffers)
 
     def across_prologue(self, k: Kernel) -> list[str]:
+        if self.staging:  # the unit's index from its block coordinates
+            grid = k.prim.grid
+            index = " + ".join(f"{prod(grid[i + 1:])}*b{i}" if prod(grid[i + 1:]) > 1 else f"b{i}"
+                               for i in range(len(grid)) if grid[i] > 1) or "0"
+            return ["const int w = 0;", f"const int b = {index};", "const int u = b;"]
         return ["const int w = 0;", f"const int b = r * {self._row_length(k)} + {self._last};", "const int u = b;"]
 
     # -- addresses ------------------------------------------------------------------------
@@ -230,6 +254,8 @@ class AcrossUnits:
         return self.offsets[key][1], affine_c(inside)
 
     def _row_ref(self, s, i: Idx) -> str:
+        if self.staging and s.buffer in self.staging.spans:
+            return self._staged_ref(s, i)
         name, inside = self._row_offset(s)
         element = str(int(s.pattern[min(int(i.lanes[0]), s.size - 1)]))  # every index is a constant here
         return f"{self.names[s.buffer]}[{add_c(add_c(name, inside), element)}]"
@@ -242,6 +268,8 @@ class AcrossUnits:
         return f"{self.names[s.buffer]}_{min(max(a, 0), self.k.buffers[s.buffer].size - 1)}"
 
     def load(self, s, i: Idx, e: Elem):
+        if self.staging and s.buffer in self.staging.spans:
+            return self._staged_load(s, i)
         if self.across and self.level(s) == DRAM:
             return self._row_ref(s, i), self.mask(s, i)
         if self.across and self.level(s) == REGISTER:
@@ -269,24 +297,10 @@ class AcrossUnits:
         loop-invariant condition)."""
         if not self.across:
             return super().mask(s, i)
-        inside, row = [], []
-        for bounds, op in ((s.limits, "<"), (s.starts, ">=")):
-            for d, bound in enumerate(bounds):
-                if bound is None:
-                    continue
-                value = int(self.dim_index(s, d, i).lanes[0])
-                norm = self.k.prim.normalize(bound).substitute({"w": Affine(0)})
-                known = self._decided(value, op, norm)
-                if known is False:
-                    return ["false"]
-                if known:
-                    continue
-                if self._along & norm.variables:
-                    inside.append(f"{value} {op} {affine_c(norm)}")
-                    if not self.merged:  # merged rows are never split (merges_rows)
-                        self._interior_bound(value, op, norm)
-                else:
-                    row.append(f"{value} {op} {affine_c(norm)}")
+        conditions = self._conditions(s, i)
+        if conditions is None:
+            return ["false"]
+        inside, row = conditions
         if self._moves_along_row(s):  # the lanes past a padded row's end touch no memory
             inside.append(f"{self._last} < {self._row_length(self.k)}")
         if row:  # all of them as one bound on the SIMD index: fewer masks for gcc to combine
@@ -296,6 +310,29 @@ class AcrossUnits:
             inside.insert(0, f"{self._last} < {self.row_conditions[text]}")
         # `&`, not `&&`: one branch-free condition, no control flow for the vectoriser to undo
         return [f"GIR_EDGE({' & '.join(f'({c})' for c in inside)})"] if inside else []
+
+    def _conditions(self, s, i: Idx) -> tuple[list[str], list[str]] | None:
+        """Element i's mask conditions that depend on the SIMD axes (per lane) and those that
+        do not (per row), each bound in block coordinates; None where one fails for every unit."""
+        inside, row = [], []
+        for bounds, op in ((s.limits, "<"), (s.starts, ">=")):
+            for d, bound in enumerate(bounds):
+                if bound is None:
+                    continue
+                value = int(self.dim_index(s, d, i).lanes[0])
+                norm = self.k.prim.normalize(bound).substitute({"w": Affine(0)})
+                known = self._decided(value, op, norm)
+                if known is False:
+                    return None
+                if known:
+                    continue
+                if self._along & norm.variables:
+                    inside.append(f"{value} {op} {affine_c(norm)}")
+                    if not self.merged and not self.staging:  # neither form is split
+                        self._interior_bound(value, op, norm)
+                else:
+                    row.append(f"{value} {op} {affine_c(norm)}")
+        return inside, row
 
     def _decided(self, value: int, op: str, norm: Affine) -> bool | None:
         """Whether `value op norm` holds for every unit of the grid (True), for none (False),

@@ -1,0 +1,132 @@
+"""Lanes on channels: the form of an across-units kernel whose rows are short and strided.
+
+A stride-2 depthwise conv over a 14x14 plane has rows of 7 output units, 5 of them interior:
+shorter than a vector, so the row form (gir/backends/across_units.py) leaves every unit scalar.
+Neighbouring channels are independent and as many as a vector is wide, but their elements lie a
+plane apart. So each block of CHANNEL_LANES channels copies the planes it reads into a local
+array with the channel innermost, runs the plane's positions as plain loops and the block's
+channels as the SIMD loop (every access contiguous), and copies its outputs back. Which kernels
+take the form, and what each block copies, is the IR's rule (gir/ir/across_units.py
+channel_lanes, `Staging`), shared with the time model. EfficientNet-B0's 5x5 stride-2 depthwise
+conv + SiLU over 672x14x14, one thread: 600 us in the row form, 74 us here (onnxruntime's Conv
+alone: 54 us).
+
+The copies move whole 16x16 tiles of floats as register transposes where the dialect's prelude
+defines GIR_TILE16 (4x the scalar copy's rate), element by element otherwise. A mask that
+depends only on the position (a conv's padding) picks, once per position, whether a tap reads
+the stage or a row of fill values, so that the lanes load without a mask.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from gir.ir.across_units import CHANNEL_LANES
+from gir.ir.affine import Affine, var
+
+from .cstyle import Idx, add_c, affine_c, block
+from .kernels import Kernel
+
+
+class ChannelLanes:
+    """The channel-lane half of AcrossUnits (its base): active while `self.staging` is set."""
+    staging = None  # gir.ir.across_units.Staging of the kernel being emitted, or None
+
+    def _staged_load(self, s, i: Idx) -> tuple[str, list[str]]:
+        """A staged element whose mask depends only on the plane (a conv's padding): which of
+        the stage or a row of fill values it reads is chosen once per output position, as a
+        pointer outside the SIMD loop, so that the lanes load contiguously without a mask
+        (with the mask inside, gcc 12 turned the loads into gathers: 376 against 162 us with
+        no mask at all, a 5x5 stride-2 conv over 672x14x14)."""
+        conditions = self._conditions(s, i)
+        if conditions is None or conditions[1] and not conditions[0] and self._fill is not None:
+            fill = "false" if conditions is None else " && ".join(f"({c})" for c in conditions[1])
+            rows = self.fill_rows.setdefault((s.buffer, self._fill), f"fill{len(self.fill_rows)}")
+            key = (fill, s.buffer, self._staged_row(s, i), rows)
+            if key not in self.pointers:
+                self.pointers[key] = f"p{len(self.pointers)}"
+            return f"{self.pointers[key]}[{self._last} - c_lo]", []
+        return self._staged_ref(s, i), self.mask(s, i)
+
+    def _channel_frame(self, k: Kernel, head: list[str], body: list[str]) -> list[str]:
+        """The channel-lane form (`Staging`): the OpenMP loop over the outer axes and blocks of
+        CHANNEL_LANES channels; per block, each staged buffer's span copied in per channel
+        (zero outside the buffer: a masked load never uses it), the plane's axes as plain
+        loops, the channels as the SIMD loop, and the written spans copied back."""
+        grid, st, lanes = k.prim.grid, self.staging, CHANNEL_LANES
+        a, c = st.axis, f"b{st.axis}"
+        blocks = -(-grid[a] // lanes)
+        outer = [*grid[:a], blocks]
+        nest = []
+        for i, size in enumerate(outer):
+            inner = prod(outer[i + 1:])
+            expr = "r" if inner == 1 else f"r / {inner}"
+            name = "cb" if i == a else f"b{i}"
+            nest.append(f"const int {name} = {0 if size == 1 else expr if i == 0 else f'({expr}) % {size}'};")
+        nest += [f"const int c_lo = cb * {lanes}, c_hi = c_lo + {lanes} < {grid[a]} ? c_lo + {lanes} : {grid[a]};"]
+        copy_in, copy_out = [], []
+        for buf, (lo, hi) in st.spans.items():
+            b = k.buffers[buf]
+            stage, g, span = f"st_{self.names[buf]}", self.names[buf], hi - lo + 1
+            nest.append(f"{self.types[b.dtype]} {stage}[{span * lanes}];")
+            rest = self._channel_rest(buf)
+            at = lambda ch: affine_c(rest.substitute({c: Affine.of(ch) if isinstance(ch, int) else var(ch)}) + lo)  # noqa: E731
+            step = dict(rest.terms).get(c, 0)  # elements between two channels' spans
+            # a whole tile of 16 channels x 16 elements moves as a register transpose (GIR_TILE16)
+            tiled = self.types[b.dtype] == "float" and step > 0
+            e_end = f"(e0 + {lanes} < {span} ? e0 + {lanes} : {span})"
+            whole = f"e0 + {lanes} <= {span} && c_hi - c_lo == {lanes}"
+            if buf in st.written:  # each channel's span written out contiguously
+                tile = [f"if ({whole}) {{ gir_tile16({stage} + e0 * {lanes}, {lanes}, {g} + {at('c_lo')} + e0, {step}); continue; }}"]
+                scalar = block("for (int l = 0; l < c_hi - c_lo; ++l) {", [
+                    "const int ch = c_lo + l;", f"const long base = {at('ch')};",
+                    *block(f"for (int e = e0; e < {e_end}; ++e) {{", [f"{g}[base + e] = {stage}[e * {lanes} + l];"])])
+                target = copy_out
+            else:  # element-major: the stage is written contiguously, each channel read as a stream
+                tile = [f"const long first = {at('c_lo')} + e0, last = first + {step * (lanes - 1) + lanes - 1};",
+                        f"if ({whole} && first >= 0 && last < {b.size}) {{",
+                        f"  gir_tile16({g} + first, {step}, {stage} + e0 * {lanes}, {lanes});", "  continue;", "}"]
+                scalar = block(f"for (int e = e0; e < {e_end}; ++e) {{", [
+                    f"{self.scalar_barrier}  /* scalar: gcc 12 miscompiled masked gathers */",
+                    *block("for (int l = 0; l < c_hi - c_lo; ++l) {", [
+                        "const int ch = c_lo + l;", f"const long x = {at('ch')} + e;",
+                        f"{stage}[e * {lanes} + l] = x >= 0 && x < {b.size} ? {g}[x] : 0;"])])
+                target = copy_in
+            moves = [*(["#ifdef GIR_TILE16", *block("{", tile), "#endif"] if tiled else []), *scalar]
+            target += block(f"for (int e0 = 0; e0 < {span}; e0 += {lanes}) {{", moves)
+        for (buf, literal), name in self.fill_rows.items():
+            nest += [f"{self.types[k.buffers[buf].dtype]} {name}[{lanes}];",
+                     f"for (int l = 0; l < {lanes}; ++l) {name}[l] = {literal};"]
+        inner = [f"const long {name} = {text};" for text, name in self.offsets.values()]
+        inner += [f"const int {name} = ({text}) ? {grid[a]} : 0;" for text, name in self.row_conditions.items()]
+        inner += [f"const {self.types[k.buffers[buf].dtype]}* {name} = ({cond}) ? st_{self.names[buf]} + ({at}) : {rows};"
+                  for (cond, buf, at, rows), name in self.pointers.items()]
+        inner += ["#define GIR_EDGE(c) (c)", self.simd_pragma,
+                  *block(f"for (int {c} = c_lo; {c} < c_hi; ++{c}) {{", body), "#undef GIR_EDGE"]
+        for i in reversed(range(a + 1, len(grid))):
+            inner = block(f"for (int b{i} = 0; b{i} < {grid[i]}; ++b{i}) {{", inner)
+        nest += [*copy_in, *inner, *copy_out]
+        loop = f"  for (int r = 0; r < {prod(outer)}; ++r) {{"
+        return [*head, self.team_pragma(k), *block(loop, ["  " + ln for ln in nest], "  }"), "}"]
+
+    def _channel_rest(self, buf: str):
+        """The part of buffer buf's staged offsets outside the plane axes (the channel and
+        outer terms; the same for every slice of it, or the staging would not hold)."""
+        plane = {f"b{i}" for i in range(self.staging.axis + 1, len(self.k.prim.grid))}
+        for op in (op for _, op in self.k.ops):
+            for s in (*op.reads(), *op.writes()):
+                if s.buffer == buf:
+                    _, rest = self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).split(plane)
+                    return rest - rest.const
+        raise AssertionError(buf)
+
+    def _staged_ref(self, s, i: Idx) -> str:
+        """Element i of staged slice s in its block's local array."""
+        return f"st_{self.names[s.buffer]}[{self._staged_row(s, i)} + {self._last} - c_lo]"
+
+    def _staged_row(self, s, i: Idx) -> str:
+        """Where element i of staged slice s starts its row of lanes in the local array: its
+        offset over the plane axes less the span's start, times the lanes."""
+        plane = {f"b{d}" for d in range(self.staging.axis + 1, len(self.k.prim.grid))}
+        inside, rest = self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).split(plane)
+        element = int(s.pattern[min(int(i.lanes[0]), s.size - 1)]) + rest.const - self.staging.spans[s.buffer][0]
+        return f"({add_c(affine_c(inside), str(element))}) * {CHANNEL_LANES}"
