@@ -47,6 +47,18 @@ def window_model(op: str, shape, kernel, group=1, out_channels=None, **attrs):
     return model
 
 
+# short strided or windowed rows over 8 channels or more: lanes on channels, spans staged per
+# block of 16 (a partial last block, a batch axis before the channels, fills other than zero,
+# stride 1 over 14x14 and 7x7 planes)
+LANE_WINDOWS = [
+    ("Conv", (1, 20, 14, 14), (5, 5), dict(group=20, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ("Conv", (2, 16, 15, 13), (3, 3), dict(group=16, pads=[1, 0, 2, 1], strides=[2, 2])),
+    ("Conv", (1, 24, 14, 14), (3, 3), dict(group=24, pads=[1, 1, 1, 1])),
+    ("Conv", (1, 17, 7, 7), (3, 3), dict(group=17, pads=[1, 1, 1, 1])),
+    ("MaxPool", (1, 20, 15, 15), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("AveragePool", (1, 24, 13, 13), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=0)),
+]
+
 WINDOWS = [
     ("Conv", (1, 24, 19, 21), (3, 3), dict(group=24, pads=[1, 1, 1, 1])),
     ("Conv", (1, 16, 23, 17), (5, 5), dict(group=16, pads=[2, 2, 2, 2], strides=[2, 2])),
@@ -62,14 +74,11 @@ WINDOWS = [
     ("Conv", (1, 3, 8, 70), (5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2])),
     ("Conv", (1, 4, 10, 53), (7, 7), dict(group=4, pads=[3, 3, 3, 3])),
     ("MaxPool", (1, 3, 9, 101), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
-    # short strided rows over 8 channels or more: lanes on channels, planes staged per block
-    # of 16 (a partial last block, a batch axis before the channels, fills other than zero,
-    # two output channels per group)
-    ("Conv", (1, 20, 14, 14), (5, 5), dict(group=20, pads=[2, 2, 2, 2], strides=[2, 2])),
-    ("Conv", (2, 16, 15, 13), (3, 3), dict(group=16, pads=[1, 0, 2, 1], strides=[2, 2])),
+    *LANE_WINDOWS,
+    # the row and merged forms where there are too few channels for lanes on channels
+    ("Conv", (1, 6, 7, 7), (3, 3), dict(group=6, pads=[1, 1, 1, 1])),
+    ("Conv", (1, 5, 14, 14), (5, 5), dict(group=5, pads=[2, 2, 2, 2])),
     ("Conv", (1, 16, 14, 14), (3, 3), dict(group=8, out_channels=16, pads=[1, 1, 1, 1], strides=[2, 2])),
-    ("MaxPool", (1, 20, 15, 15), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
-    ("AveragePool", (1, 24, 13, 13), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=0)),
     ("MaxPool", (1, 6, 17, 33), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 4, 20, 48), (3, 3), dict(pads=[1, 1, 1, 1])),
     ("AveragePool", (1, 6, 16, 24), (3, 3), dict(pads=[1, 1, 1, 1], count_include_pad=0)),
@@ -116,11 +125,12 @@ def test_a_conv_with_few_long_rows_runs_them_in_pieces(tmp_path):
 
 
 def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
-    """The fused depthwise conv + SiLU (contiguous rows): outer grid axes in the OpenMP loop,
+    """The fused depthwise conv + SiLU (contiguous rows, too few channels for lanes on
+    channels): outer grid axes in the OpenMP loop,
     the last one as one masked SIMD loop, offsets hoisted as 64-bit integers, row conditions
     as bounds on the SIMD index, no branch in a mask. The row of 21 runs padded to 24, the
     lanes past its end masked off every access that moves along it, not off the weights."""
-    source = _compiled_source(window_model("Conv", (1, 24, 19, 21), (3, 3), group=24, pads=[1, 1, 1, 1]), tmp_path)
+    source = _compiled_source(window_model("Conv", (1, 6, 19, 21), (3, 3), group=6, pads=[1, 1, 1, 1]), tmp_path)
     m = re.search(r"const int lo = 0, hi = 24;\s*#define GIR_EDGE\(c\) \(c\)\s*#pragma omp simd\s*"
                   r"for \(int b(\d) = lo; b\1 < hi; \+\+b\1\)", source)
     assert m, source[-4000:]
@@ -134,11 +144,11 @@ def test_depthwise_conv_kernel_takes_the_across_units_form(tmp_path):
 
 
 def test_short_rows_of_a_contiguous_plane_run_as_one_simd_loop(tmp_path):
-    """A 7x7 depthwise conv: the row is shorter than a vector, so the SIMD loop runs over the
+    """A 7x7 depthwise conv over 6 channels: the row is shorter than a vector, so the SIMD loop runs over the
     whole plane (q), each lane's row and column computed from q for the masks, and every
     address one step per q (a contiguous vector access, no gather)."""
-    source = _compiled_source(window_model("Conv", (1, 16, 7, 7), (3, 3), group=16, pads=[1, 1, 1, 1]), tmp_path)
-    assert re.search(r"for \(int r = 0; r < 16; \+\+r\)", source), source[-3000:]
+    source = _compiled_source(window_model("Conv", (1, 6, 7, 7), (3, 3), group=6, pads=[1, 1, 1, 1]), tmp_path)
+    assert re.search(r"for \(int r = 0; r < 6; \+\+r\)", source), source[-3000:]
     assert re.search(r"#pragma omp simd\s*for \(int q = lo; q < hi; \+\+q\) \{\s*"
                      r"const int b(\d) = q / 7, b(\d) = q % 7;", source)
     assert "const int lo = 0, hi = 49;" in source
@@ -192,7 +202,7 @@ def test_short_strided_rows_over_many_channels_run_lanes_on_channels(tmp_path):
     assert re.search(r"float st_g_x\[\d+\];", source) and re.search(r"float st_g_y\[784\];", source)
     assert re.search(r"const float\* p\d+ = \(.*\) \? st_g_x \+ \(.*\) : fill\d+;", source)
     simd = source.split("#pragma omp simd", 1)[1]
-    assert re.match(r"\s*for \(int b1 = c_lo; b1 < c_hi; \+\+b1\)", simd)
+    assert re.match(r"\s*for \(int b1 = c_lo; b1 < c_lo \+ 16; \+\+b1\)", simd)
     loads = re.findall(r"= (p\d+)\[b1 - c_lo\];", simd)
     assert len(loads) >= 9 and not re.search(r"(?<!st_)g_x\[", simd) and "GIR_EDGE((b1 <" not in simd
     assert re.search(r"g_y\[base \+ e\] = st_g_y\[e \* 16 \+ l\];", source)
@@ -202,9 +212,7 @@ def _channel_lane_kernels():
     """(case id, planned GIR graph) of every window model whose kernel takes the channel-lane
     form (gir/ir/across_units.py channel_lanes)."""
     out = []
-    for op, shape, kernel, attrs in WINDOWS:
-        if "strides" not in attrs:  # the form is for strided rows
-            continue
+    for op, shape, kernel, attrs in LANE_WINDOWS:
         attrs = dict(attrs)
         model = window_model(op, shape, kernel, group=attrs.pop("group", 1), **attrs)
         for step in gir.Session(model, target="cpu").plan.steps:
@@ -228,7 +236,7 @@ def test_channel_lane_kernels_match_the_interpreter(graph):
 
 
 def test_the_channel_lane_form_is_exercised():
-    assert len(CHANNEL_LANE_KERNELS) >= 6
+    assert len(CHANNEL_LANE_KERNELS) == len(LANE_WINDOWS)
 
 
 def _across_candidates(limit_per_case: int = 2):

@@ -87,9 +87,9 @@ class ChannelLanes:
                         f"  gir_tile16({g} + first, {step}, {stage} + e0 * {lanes}, {lanes});", "  continue;", "}"]
                 scalar = block(f"for (int e = e0; e < {e_end}; ++e) {{", [
                     f"{self.scalar_barrier}  /* scalar: gcc 12 miscompiled masked gathers */",
-                    *block("for (int l = 0; l < c_hi - c_lo; ++l) {", [
+                    *block(f"for (int l = 0; l < {lanes}; ++l) {{", [
                         "const int ch = c_lo + l;", f"const long x = {at('ch')} + e;",
-                        f"{stage}[e * {lanes} + l] = x >= 0 && x < {b.size} ? {g}[x] : 0;"])])
+                        f"{stage}[e * {lanes} + l] = ch < c_hi && x >= 0 && x < {b.size} ? {g}[x] : 0;"])])
                 target = copy_in
             moves = [*(["#ifdef GIR_TILE16", *block("{", tile), "#endif"] if tiled else []), *scalar]
             target += block(f"for (int e0 = 0; e0 < {span}; e0 += {lanes}) {{", moves)
@@ -101,7 +101,7 @@ class ChannelLanes:
         inner += [f"const {self.types[k.buffers[buf].dtype]}* {name} = ({cond}) ? st_{self.names[buf]} + ({at}) : {rows};"
                   for (cond, buf, at, rows), name in self.pointers.items()]
         inner += ["#define GIR_EDGE(c) (c)", self.simd_pragma,
-                  *block(f"for (int {c} = c_lo; {c} < c_hi; ++{c}) {{", body), "#undef GIR_EDGE"]
+                  *block(f"for (int {c} = c_lo; {c} < c_lo + {lanes}; ++{c}) {{", body), "#undef GIR_EDGE"]
         for i in reversed(range(a + 1, len(grid))):
             inner = block(f"for (int b{i} = 0; b{i} < {grid[i]}; ++b{i}) {{", inner)
         nest += [*copy_in, *inner, *copy_out]

@@ -24,9 +24,9 @@ MAX_STRIDE = 4         # elements a DRAM slice may step per unit (a stride-2 con
 MASKED_SINGLE = 25     # masked DRAM loads per unit up to which a row is one masked SIMD loop
 MIN_SPLIT_ROW = 16     # units along the last axis worth splitting into interior and borders
 MERGE_BELOW = 8        # rows shorter than this run merged with the axis before them (merges_rows)
-SHORT_ROW = 34         # rows shorter than this leave most of a strided row scalar: lanes on channels
+SHORT_ROW = 34         # windowed rows shorter than this run lanes on channels (channel_lanes)
 CHANNEL_LANES = 16     # channels a block of the channel-lane form holds (a 64-byte vector of floats)
-STAGE_BYTES = 96 << 10 # staged bytes per block at most (the thread's stack, L2-resident)
+STAGE_BYTES = 160 << 10  # staged bytes per block at most (on the thread's stack, L2-resident)
 
 
 def step_along(prim: ParallelPrimitive, s, axis: int) -> int:
@@ -131,18 +131,23 @@ class Staging:
 def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None:
     """Whether a kernel of the across-units form runs its lanes over channels instead of along
     its rows, and how. A row shorter than SHORT_ROW whose accesses step two elements per unit
-    (a stride-2 conv over a 14x14 plane: rows of 7, interior 5) leaves every unit scalar, while
-    neighbouring channels are independent and as many as the vector is wide. Their elements lie
-    a plane apart, so each block of channels first copies the planes it reads into a local
-    array with the channel innermost (`Staging`), computes, and copies its outputs back.
-    EfficientNet-B0's 5x5 stride-2 depthwise conv + SiLU over 672x14x14 took 600 us in the row
-    form against onnxruntime's 37 us. Taken where: rows are short and strided, the grid has an
-    axis before the plane's two with at least half a block of channels, every DRAM slice either
-    steps 0 or 1 element along that axis or is a Move staged through the local array, a staged
-    store writes its plane densely and unmasked, no buffer is both read and written, and the
-    staged arrays fit STAGE_BYTES."""
+    (a stride-2 conv over a 14x14 plane: rows of 7, interior 5) leaves every unit scalar, and a
+    short windowed row that is one masked loop often does too (a 5x5 conv over 672x14x14: 3.6
+    ms), while neighbouring channels are independent and as many as the vector is wide. Their
+    elements lie a plane apart, so each block of channels first copies the spans it reads into
+    a local array with the channel innermost (`Staging`), computes, and copies its outputs back.
+    One thread, one process (row or merged form -> channel lanes): EfficientNet-B0's 5x5
+    stride-2 depthwise conv + SiLU over 672x14x14 600 -> 74 us (onnxruntime's Conv alone 54),
+    3x3 over 480x14x14 133 -> 101, 5x5 over 1152x7x7 1091 -> 116, over 240x28x28 844 -> 390;
+    3x3 over 58x28x28 76 -> 86 and 232x7x7 14 -> 16 (as good as even). Taken where: rows are
+    short and strided or masked (a window), the grid has an axis before the plane's two with
+    at least half a block of channels, every DRAM buffer whose address moves with the channel
+    is read or written only by Moves and in one layout (staged: a block's lanes past the last
+    channel then read zeros and write nothing), a staged store writes its span densely and
+    unmasked, every write is staged, no buffer is both read and written, and the copies fit
+    STAGE_BYTES."""
     grid = prim.grid
-    if len(grid) < 3 or grid[-1] >= SHORT_ROW or not strided(ops, prim, buffers):
+    if len(grid) < 3 or grid[-1] >= SHORT_ROW or not (strided(ops, prim, buffers) or _masked_loads(ops, buffers)):
         return None
     axis = len(grid) - 3
     if grid[axis] < CHANNEL_LANES // 2:
@@ -151,8 +156,12 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     slices = [(op, s, w) for op in ops if not isinstance(op, Sync)
               for s, w in [*((s, False) for s in op.reads()), *((s, True) for s in op.writes())]
               if buffers[s.buffer].level == DRAM]
-    staged = {s.buffer for _, s, _ in slices if step_along(prim, s, axis) not in (0, 1)}
+    # every buffer whose address moves with the channel is staged, so that a block's lanes past
+    # the last channel read zeros and write nothing: the SIMD loop always runs whole blocks
+    staged = {s.buffer for _, s, _ in slices if step_along(prim, s, axis) != 0}
     read, written = {s.buffer for _, s, w in slices if not w}, {s.buffer for _, s, w in slices if w}
+    if not written <= staged:
+        return None
     spans, rests, offsets = {}, {}, {}
     for op, s, is_write in slices:
         if s.buffer not in staged:
