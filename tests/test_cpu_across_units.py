@@ -235,6 +235,33 @@ def test_channel_lane_kernels_match_the_interpreter(graph):
     compare(cpu.run(graph, feeds), run(graph, feeds).outputs, graph.name)
 
 
+def test_an_involution_runs_lanes_on_channels_and_matches_onnxruntime():
+    """RedNet's involution (a 7x7 window per position, one kernel per group shared by its 16
+    channels) over 14x14: rows of 14 with 49 masked loads were per unit; lanes on channels
+    read the group's kernel as one address for every lane and stage the planes."""
+    from onnx import TensorProto
+
+    from models._builder import GraphBuilder
+    from models.rednet50 import involution
+
+    b = GraphBuilder("inv", seed=0)
+    x = b.input("x", TensorProto.FLOAT, [1, 32, 14, 14])
+    b.output(involution(b, x, 1, 32, 14, 7, 1), "y", TensorProto.FLOAT, [1, 32, 14, 14])
+    model = b.build()
+    session = gir.Session(model, target="cpu")
+    graphs = [st.graph for st in session.plan.steps if getattr(st, "graph", None) is not None
+              and any(channel_lanes([o for _, o in k.ops], k.prim, k.buffers) for k in split_kernels(st.graph))]
+    assert graphs, "no kernel of the involution took lanes on channels"
+    rng = np.random.default_rng(2)
+    for g in graphs:
+        feeds = {n: rng.standard_normal(buf.size).astype(np.float32) for n, buf in g.buffers.items()
+                 if buf.level == "dram" and buf.role in ("input", "const")}
+        compare(cpu.run(g, feeds), run(g, feeds).outputs, g.name)
+    X = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], want, rtol=1e-5, atol=1e-5)
+
+
 def test_the_channel_lane_form_is_exercised():
     assert len(CHANNEL_LANE_KERNELS) == len(LANE_WINDOWS)
 

@@ -111,9 +111,9 @@ def vectorises_across_units(ops, prim: ParallelPrimitive, buffers: dict) -> bool
         return False
     # a short contiguous row split for its many masks is mostly scalar border (a 7x7 window
     # over 7 units: 1.3x slower than the per-unit form; a strided 5x5 one over 7 units is still
-    # 3.4x faster split than per unit)
+    # 3.4x faster split than per unit), unless its lanes run over channels
     return (prim.grid[-1] >= MIN_SPLIT_ROW or strided(ops, prim, buffers)
-            or _masked_loads(ops, buffers) <= MASKED_SINGLE)
+            or _masked_loads(ops, buffers) <= MASKED_SINGLE or channel_lanes(ops, prim, buffers) is not None)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,9 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     One thread, one process (row or merged form -> channel lanes): EfficientNet-B0's 5x5
     stride-2 depthwise conv + SiLU over 672x14x14 600 -> 74 us (onnxruntime's Conv alone 54),
     3x3 over 480x14x14 133 -> 101, 5x5 over 1152x7x7 1091 -> 116, over 240x28x28 844 -> 390;
-    3x3 over 58x28x28 76 -> 86 and 232x7x7 14 -> 16 (as good as even). Taken where: rows are
+    3x3 over 58x28x28 76 -> 86 and 232x7x7 14 -> 16 (as good as even); RedNet-50's 7x7
+    involutions over 256x14x14, which the row rule leaves per unit (49 masked loads in rows of
+    14), 3000 -> 162 us. Taken where: rows are
     short and strided or masked (a window), the grid has an axis before the plane's two with
     at least half a block of channels, every DRAM buffer whose address moves with the channel
     is read or written only by Moves and in one layout (staged: a block's lanes past the last
