@@ -57,6 +57,10 @@ LANE_WINDOWS = [
     ("Conv", (1, 17, 7, 7), (3, 3), dict(group=17, pads=[1, 1, 1, 1])),
     ("MaxPool", (1, 20, 15, 15), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ("AveragePool", (1, 24, 13, 13), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=0)),
+    # planes too large to stage whole: bands of output rows (a long row needs whole blocks)
+    ("Conv", (1, 32, 40, 40), (3, 3), dict(group=32, pads=[1, 1, 1, 1])),
+    ("Conv", (1, 32, 60, 60), (3, 3), dict(group=32, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("MaxPool", (1, 32, 48, 48), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
 ]
 
 WINDOWS = [
@@ -264,6 +268,17 @@ def test_an_involution_runs_lanes_on_channels_and_matches_onnxruntime():
 
 def test_the_channel_lane_form_is_exercised():
     assert len(CHANNEL_LANE_KERNELS) == len(LANE_WINDOWS)
+
+
+def test_a_large_plane_is_staged_in_bands_of_rows(tmp_path):
+    """32x40x40, 3x3: the whole plane (209 KiB staged) exceeds STAGE_BYTES, so the OpenMP loop
+    runs over blocks of channels and bands of 20 output rows, each band's spans copied in and
+    out, the band's start subtracted from every staged index."""
+    source = _compiled_source(window_model("Conv", (1, 32, 40, 40), (3, 3), group=32, pads=[1, 1, 1, 1]), tmp_path)
+    assert re.search(r"for \(int r = 0; r < 4; \+\+r\)", source), source[-3000:]
+    assert "const int band = (r) % 2;" in source
+    assert "const long bo_g_x = band * 800L;" in source and "const long bo_g_y = band * 800L;" in source
+    assert re.search(r"for \(int b2 = band \* 20; b2 < band \* 20 \+ 20; \+\+b2\)", source)
 
 
 def _across_candidates(limit_per_case: int = 2):

@@ -54,21 +54,22 @@ class ChannelLanes:
         loops, the channels as the SIMD loop, and the written spans copied back."""
         grid, st, lanes = k.prim.grid, self.staging, CHANNEL_LANES
         a, c = st.axis, f"b{st.axis}"
-        blocks = -(-grid[a] // lanes)
-        outer = [*grid[:a], blocks]
+        blocks, bands = -(-grid[a] // lanes), grid[a + 1] // st.rows
+        outer = [*grid[:a], blocks, bands]
         nest = []
         for i, size in enumerate(outer):
             inner = prod(outer[i + 1:])
             expr = "r" if inner == 1 else f"r / {inner}"
-            name = "cb" if i == a else f"b{i}"
+            name = "cb" if i == a else "band" if i == a + 1 else f"b{i}"
             nest.append(f"const int {name} = {0 if size == 1 else expr if i == 0 else f'({expr}) % {size}'};")
         nest += [f"const int c_lo = cb * {lanes}, c_hi = c_lo + {lanes} < {grid[a]} ? c_lo + {lanes} : {grid[a]};"]
         copy_in, copy_out = [], []
         for buf, (lo, hi) in st.spans.items():
             b = k.buffers[buf]
             stage, g, span = f"st_{self.names[buf]}", self.names[buf], hi - lo + 1
-            nest.append(f"{self.types[b.dtype]} {stage}[{span * lanes}];")
-            rest = self._channel_rest(buf)
+            nest += [f"{self.types[b.dtype]} {stage}[{span * lanes}];",
+                     f"const long bo_{self.names[buf]} = band * {st.rows * st.row_steps[buf]}L;  /* the band's start */"]
+            rest = self._channel_rest(buf) + var(f"bo_{self.names[buf]}")
             at = lambda ch: affine_c(rest.substitute({c: Affine.of(ch) if isinstance(ch, int) else var(ch)}) + lo)  # noqa: E731
             step = dict(rest.terms).get(c, 0)  # elements between two channels' spans
             # a whole tile of 16 channels x 16 elements moves as a register transpose (GIR_TILE16)
@@ -102,8 +103,9 @@ class ChannelLanes:
                   for (cond, buf, at, rows), name in self.pointers.items()]
         inner += ["#define GIR_EDGE(c) (c)", self.simd_pragma,
                   *block(f"for (int {c} = c_lo; {c} < c_lo + {lanes}; ++{c}) {{", body), "#undef GIR_EDGE"]
-        for i in reversed(range(a + 1, len(grid))):
+        for i in reversed(range(a + 2, len(grid))):
             inner = block(f"for (int b{i} = 0; b{i} < {grid[i]}; ++b{i}) {{", inner)
+        inner = block(f"for (int b{a + 1} = band * {st.rows}; b{a + 1} < band * {st.rows} + {st.rows}; ++b{a + 1}) {{", inner)
         nest += [*copy_in, *inner, *copy_out]
         loop = f"  for (int r = 0; r < {prod(outer)}; ++r) {{"
         return [*head, self.team_pragma(k), *block(loop, ["  " + ln for ln in nest], "  }"), "}"]
@@ -129,4 +131,5 @@ class ChannelLanes:
         plane = {f"b{d}" for d in range(self.staging.axis + 1, len(self.k.prim.grid))}
         inside, rest = self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).split(plane)
         element = int(s.pattern[min(int(i.lanes[0]), s.size - 1)]) + rest.const - self.staging.spans[s.buffer][0]
-        return f"({add_c(affine_c(inside), str(element))}) * {CHANNEL_LANES}"
+        index = add_c(affine_c(inside - var(f"bo_{self.names[s.buffer]}")), str(element))
+        return f"({index}) * {CHANNEL_LANES}"

@@ -122,10 +122,15 @@ class Staging:
     `axis` in blocks of CHANNEL_LANES, and each buffer in `spans` is copied per block into a
     local array laid out element-major, lane-minor, so that every lane's access is contiguous.
     spans[buffer] = (lowest, highest) element offset a lane touches over the axes after `axis`
-    and the slices' own elements; `written`: the buffers copied out after the block."""
+    and the slices' own elements, for the first band of `rows` positions along the axis after
+    `axis` (a block copies one band at a time where the whole plane would not fit STAGE_BYTES;
+    band t's span lies t * rows * row_steps[buffer] elements further); `written`: the buffers
+    copied out after the band."""
     axis: int
     spans: dict
     written: frozenset
+    rows: int = 0
+    row_steps: dict | None = None
 
 
 def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None:
@@ -141,19 +146,25 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     3x3 over 480x14x14 133 -> 101, 5x5 over 1152x7x7 1091 -> 116, over 240x28x28 844 -> 390;
     3x3 over 58x28x28 76 -> 86 and 232x7x7 14 -> 16 (as good as even); RedNet-50's 7x7
     involutions over 256x14x14, which the row rule leaves per unit (49 masked loads in rows of
-    14), 3000 -> 162 us. Taken where: rows are
-    short and strided or masked (a window), the grid has an axis before the plane's two with
+    14), 3000 -> 162 us. Where a whole plane does not fit STAGE_BYTES, a block stages one band
+    of output rows at a time: EfficientNet-B0's 3x3 stride-2 conv + SiLU over 96x112x112 654 ->
+    450 us, 3x3 over 144x56x56 523 -> 452; on such long rows the form is taken only over whole
+    blocks of at least 32 channels (a max pool over 24x112x112 ran 102 us in the row form and
+    233 with a third of its lanes empty; 8 channels 39 -> 79). Taken where: rows are
+    strided or masked (a window), the grid has an axis before the plane's two with
     at least half a block of channels, every DRAM buffer whose address moves with the channel
     is read or written only by Moves and in one layout (staged: a block's lanes past the last
     channel then read zeros and write nothing), a staged store writes its span densely and
     unmasked, every write is staged, no buffer is both read and written, and the copies fit
     STAGE_BYTES."""
     grid = prim.grid
-    if len(grid) < 3 or grid[-1] >= SHORT_ROW or not (strided(ops, prim, buffers) or _masked_loads(ops, buffers)):
+    if len(grid) < 3 or not (strided(ops, prim, buffers) or _masked_loads(ops, buffers)):
         return None
     axis = len(grid) - 3
     if grid[axis] < CHANNEL_LANES // 2:
         return None
+    if grid[-1] >= SHORT_ROW and (grid[axis] % CHANNEL_LANES or grid[axis] < 2 * CHANNEL_LANES):
+        return None  # a long row vectorises in the row form: lanes on channels only where blocks are whole
     plane = [f"b{i}" for i in range(axis + 1, len(grid))]
     slices = [(op, s, w) for op in ops if not isinstance(op, Sync)
               for s, w in [*((s, False) for s in op.reads()), *((s, True) for s in op.writes())]
@@ -164,40 +175,47 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     read, written = {s.buffer for _, s, w in slices if not w}, {s.buffer for _, s, w in slices if w}
     if not written <= staged:
         return None
-    spans, rests, offsets = {}, {}, {}
+    if read & written or not staged:
+        return None
+    rests, row_steps = {}, {}
     for op, s, is_write in slices:
         if s.buffer not in staged:
             continue
-        off = _plane_offsets(prim, s, plane)
         rest = prim.normalize(s.offset).substitute({"w": Affine(0)}).split(set(plane))[1]
-        rest = rest - rest.const
-        if not isinstance(op, Move) or off is None or rests.setdefault(s.buffer, rest) != rest:
+        rest, step = rest - rest.const, step_along(prim, s, axis + 1)
+        if (not isinstance(op, Move) or is_write and s.is_masked or rests.setdefault(s.buffer, rest) != rest
+                or row_steps.setdefault(s.buffer, step) != step):
             return None  # one layout per staged buffer: its slices differ only along the plane
-        if is_write and s.is_masked:
+    positions = grid[axis + 1]
+    for rows in [r for r in range(positions, 0, -1) if positions % r == 0]:  # the largest band that fits
+        spans = {}
+        for op, s, is_write in slices:
+            if s.buffer in staged:
+                off = _plane_offsets(prim, s, plane, rows)
+                if off is None:
+                    return None
+                lo, hi = spans.get(s.buffer, (int(off.min()), int(off.max())))
+                spans[s.buffer] = (min(lo, int(off.min())), max(hi, int(off.max())))
+        nbytes = sum((hi - lo + 1) * CHANNEL_LANES * buffers[b].nbytes // buffers[b].size for b, (lo, hi) in spans.items())
+        if nbytes <= STAGE_BYTES:
+            break
+    else:
+        return None
+    for buf in written:  # a staged output is copied back whole: every element of its span written
+        if not _dense(np.concatenate([_plane_offsets(prim, s, plane, rows) for _, s, w in slices if w and s.buffer == buf])):
             return None
-        offsets.setdefault(s.buffer, []).append(off)
-    for buf, offs in offsets.items():
-        off = np.concatenate(offs)
-        if buf in written and not _dense(off):
-            return None  # a staged output is copied back whole: every element of its span written
-        spans[buf] = (int(off.min()), int(off.max()))
-    if read & written or not spans:
-        return None
-    nbytes = sum((hi - lo + 1) * CHANNEL_LANES * buffers[b].nbytes // buffers[b].size for b, (lo, hi) in spans.items())
-    if nbytes > STAGE_BYTES:
-        return None
-    return Staging(axis, spans, frozenset(b for b in spans if b in written))
+    return Staging(axis, spans, frozenset(written), rows, row_steps)
 
 
-def _plane_offsets(prim: ParallelPrimitive, s, plane: list[str]):
-    """Every element offset slice s reaches over the plane axes (the other axes at 0), or None
-    where its offset uses more than block coordinates."""
+def _plane_offsets(prim: ParallelPrimitive, s, plane: list[str], rows: int):
+    """Every element offset slice s reaches over the plane axes (the other axes at 0, the
+    first plane axis below `rows`), or None where its offset uses more than block coordinates."""
     off = prim.normalize(s.offset).substitute({"w": Affine(0)})
     names = {f"b{i}" for i in range(len(prim.grid))}
     if not off.variables <= names:
         return None
     inside, rest = off.split(set(plane))
-    grids = np.meshgrid(*[np.arange(prim.grid[int(n[1:])]) for n in plane], indexing="ij")
+    grids = np.meshgrid(*[np.arange(rows if j == 0 else prim.grid[int(n[1:])]) for j, n in enumerate(plane)], indexing="ij")
     coords = {n: g.ravel() for n, g in zip(plane, grids)}
     base = rest.const + sum(c * coords[n] for n, c in inside.terms)
     return (np.asarray(base).reshape(-1, 1) + np.asarray(s.pattern).reshape(1, -1)).ravel()
