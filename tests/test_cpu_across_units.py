@@ -270,6 +270,13 @@ def test_the_channel_lane_form_is_exercised():
     assert len(CHANNEL_LANE_KERNELS) == len(LANE_WINDOWS)
 
 
+def test_a_plane_whose_rows_only_split_into_thin_bands_keeps_the_row_form(tmp_path):
+    """32x67x67: the whole plane does not fit STAGE_BYTES and 67 rows split only into bands of
+    one row, each copying its 3-row window again: the row form stays."""
+    source = _compiled_source(window_model("Conv", (1, 32, 67, 67), (3, 3), group=32, pads=[1, 1, 1, 1]), tmp_path)
+    assert "c_lo" not in source and "#pragma omp simd" in source
+
+
 def test_a_large_plane_is_staged_in_bands_of_rows(tmp_path):
     """32x40x40, 3x3: the whole plane (209 KiB staged) exceeds STAGE_BYTES, so the OpenMP loop
     runs over blocks of channels and bands of 20 output rows, each band's spans copied in and

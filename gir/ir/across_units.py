@@ -27,6 +27,7 @@ MERGE_BELOW = 8        # rows shorter than this run merged with the axis before 
 SHORT_ROW = 34         # windowed rows shorter than this run lanes on channels (channel_lanes)
 CHANNEL_LANES = 16     # channels a block of the channel-lane form holds (a 64-byte vector of floats)
 STAGE_BYTES = 160 << 10  # staged bytes per block at most (on the thread's stack, L2-resident)
+MIN_BAND = 4           # output rows a band of a plane too large to stage whole holds at least
 
 
 def step_along(prim: ParallelPrimitive, s, axis: int) -> int:
@@ -201,6 +202,8 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
             break
     else:
         return None
+    if rows < min(positions, MIN_BAND):
+        return None  # a thin band copies its window's overlap again for every few rows
     for buf in written:  # a staged output is copied back whole: every element of its span written
         if not _dense(np.concatenate([_plane_offsets(prim, s, plane, rows) for _, s, w in slices if w and s.buffer == buf])):
             return None
