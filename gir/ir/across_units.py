@@ -227,3 +227,16 @@ def _plane_offsets(prim: ParallelPrimitive, s, plane: list[str], rows: int):
 def _dense(offsets) -> bool:
     """Whether the offsets cover every element between their lowest and highest."""
     return len(np.unique(offsets)) == int(offsets.max() - offsets.min()) + 1
+
+
+def form(ops, prim: ParallelPrimitive, buffers: dict) -> str:
+    """How a SIMD-lane target's emitter runs a kernel, in a few words (`gir run --profile`)."""
+    if not vectorises_across_units(ops, prim, buffers):
+        return "per unit"
+    staging = channel_lanes(ops, prim, buffers)
+    if staging:
+        bands = prim.grid[staging.axis + 1] // staging.rows
+        return f"channels x{CHANNEL_LANES}" + (f", {bands} bands" if bands > 1 else "")
+    if merges_rows(ops, prim, buffers):
+        return "plane"
+    return "row, split" if splits_rows(ops, prim, buffers) else "row"

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gir.frontend.basic import BasicOp
+from gir.ir.across_units import form
 from gir.ir.dtypes import np_dtype
 
+from ..kernels import split_kernels
 from ..native_cache import cached_library
 from .compiler import CC, FLAGS, toolchain_version
 
@@ -42,6 +44,7 @@ class StepTime:
     seconds: float     # median of the repeats
     dram_bytes: int
     modelled_s: float | None = None  # the time model's figure (GIR kernels; gir/fusion/perf.py)
+    form: str = ""     # how the emitter runs its kernels (gir/ir/across_units.py form)
 
     @property
     def gbps(self) -> float:
@@ -86,7 +89,9 @@ def profile(session, feeds: dict, repeat: int = 20) -> list[StepTime]:
             nbytes = sum(ts[t].size * np_dtype(ts[t].dtype).itemsize for t in (*s.inputs, *s.outputs))
             out.append(StepTime(step, s.name, s.kind, 1, seconds, nbytes))
         else:
-            out.append(StepTime(step, s.name, "kernel", len(calls), seconds, s.estimate.dram_bytes, s.estimate.seconds))
+            forms = dict.fromkeys(form([op for _, op in k.ops], k.prim, k.buffers) for k in split_kernels(s.graph))
+            out.append(StepTime(step, s.name, "kernel", len(calls), seconds, s.estimate.dram_bytes, s.estimate.seconds,
+                                " + ".join(forms)))
     return out
 
 
@@ -98,12 +103,13 @@ def _timed(fn) -> float:
 
 def table(rows: list[StepTime], copy_bps: float) -> str:
     """One line per step and a summary of the GIR kernels of 1 MB or more."""
-    lines = [f"{'step':>4}  {'kind':<8} {'launches':>8} {'time us':>10} {'model us':>9} {'MB':>9} {'GB/s':>8} {'% copy':>7}  name"]
+    lines = [f"{'step':>4}  {'kind':<8} {'launches':>8} {'time us':>10} {'model us':>9} {'MB':>9} {'GB/s':>8} {'% copy':>7}  "
+             f"{'form':<22} name"]
     for r in rows:
         small = " (<1 MB: caches)" if r.dram_bytes < 1 << 20 else ""
         modelled = f"{r.modelled_s * 1e6:>9.1f}" if r.modelled_s is not None else f"{'-':>9}"
         lines.append(f"{r.step:>4}  {r.kind:<8} {r.launches:>8} {r.seconds * 1e6:>10.1f} {modelled} {r.dram_bytes / 1e6:>9.3f} "
-                     f"{r.gbps:>8.2f} {100 * r.gbps * 1e9 / copy_bps:>6.1f}%  {r.name[:60]}{small}")
+                     f"{r.gbps:>8.2f} {100 * r.gbps * 1e9 / copy_bps:>6.1f}%  {r.form or '-':<22} {r.name[:60]}{small}")
     big = [100 * r.gbps * 1e9 / copy_bps for r in rows if r.kind == "kernel" and r.dram_bytes >= 1 << 20]
     lines.append(f"copy bandwidth here (C loop, OpenMP, {2 * COPY_BYTES >> 20} MB moved): {copy_bps / 1e9:.1f} GB/s")
     if big:
