@@ -20,9 +20,11 @@ right after its idle process, and prints busy/idle per runtime (issue 25 asks <=
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 RUNTIMES = ("gir", "gir-numpy", "ort")  # and gir-before with --before
 
@@ -79,6 +81,17 @@ class Hog:
         self.proc.wait()
 
 
+def _before_cache(before: str) -> str:
+    """The earlier checkout's own compile cache, holding this machine's CPU calibration (`gir
+    calibrate`): without it that tree plans with the nominal constants (another ridge point:
+    other convs and matmuls in the library), and the before/after table compares two plans."""
+    from gir.cache import cache_root
+    cache, mine = Path(before) / ".bench-cache", cache_root() / "calibration"
+    if mine.is_dir() and not (cache / "calibration").is_dir():
+        shutil.copytree(mine, cache / "calibration")
+    return str(cache)
+
+
 def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before: str | None = None,
             extra_env: dict | None = None) -> dict:
     """One child process. `gir-before`: GIR from the checkout `before` (PYTHONPATH and its own
@@ -91,7 +104,7 @@ def measure(name: str, runtime: str, threads: int, runs: int, tiny: bool, before
         else:
             env[key] = value
     if runtime == "gir-before":
-        env.update(PYTHONPATH=before, GIR_CACHE_DIR=os.path.join(before, ".bench-cache"))
+        env.update(PYTHONPATH=before, GIR_CACHE_DIR=_before_cache(before))
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     if runtime == "gir-numpy":

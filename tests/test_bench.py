@@ -47,3 +47,22 @@ def test_gpu_mode_without_a_gpu_is_one_line_and_fails(tmp_path):
     assert proc.returncode != 0
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "bench.json").exists()
+
+
+def test_bench_cpu_gives_the_earlier_tree_this_machines_calibration(tmp_path, monkeypatch):
+    """scripts/bench_cpu.py --before: the earlier checkout's own cache gets the CPU calibration,
+    so both trees plan with the same constants (without it the earlier one used the nominal
+    ridge point and planned other convs into the library)."""
+    spec = importlib.util.spec_from_file_location("bench_cpu", os.path.join(ROOT, "scripts", "bench_cpu.py"))
+    bench_cpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_cpu)
+    mine = tmp_path / "cache"
+    (mine / "calibration").mkdir(parents=True)
+    (mine / "calibration" / "cpu.json").write_text("{}")
+    monkeypatch.setenv("GIR_CACHE_DIR", str(mine))
+    before = tmp_path / "before"
+    before.mkdir()
+    cache = bench_cpu._before_cache(str(before))
+    assert cache == str(before / ".bench-cache")
+    assert (before / ".bench-cache" / "calibration" / "cpu.json").read_text() == "{}"
+    assert bench_cpu._before_cache(str(before)) == cache  # a second call keeps what is there
