@@ -51,7 +51,7 @@ SHARED = {
     "step_engine.py": "the plan engine a port gets for free (its own run per step)",
     "scaffold.py": "`gir port new`",
     "across_units.py": "SIMD across units for dialects whose lanes are loop iterations (the CPU)",
-    "channel_lanes.py": "its form for short strided rows: lanes on channels, planes staged",
+    "channel_lanes.py": "its form for windowed kernels: lanes on channels, planes staged",
 }
 
 
