@@ -215,6 +215,8 @@ class AcrossUnits(ChannelLanes):
         A staged load (channel lanes) takes its fill from a row of fill values instead."""
         if self.across and op.fill is None and self._moves_along_row(op.src) and self.level(op.dst) == REGISTER:
             op = replace(op, fill=0)
+        if op.fill is None and op.src.is_masked and not op.dst.is_masked and self.level(op.dst) == REGISTER:
+            op = replace(op, fill=0)  # as LoopedLanes.op_Move does, so that a staged load knows it
         self._fill = None if op.fill is None else self.storage_literal(op.fill, self.dtype(op.src))
         return super().op_Move(op)
 

@@ -64,36 +64,11 @@ class ChannelLanes:
             nest.append(f"const int {name} = {0 if size == 1 else expr if i == 0 else f'({expr}) % {size}'};")
         nest += [f"const int c_lo = cb * {lanes}, c_hi = c_lo + {lanes} < {grid[a]} ? c_lo + {lanes} : {grid[a]};"]
         copy_in, copy_out = [], []
-        for buf, (lo, hi) in st.spans.items():
+        for buf in st.spans:
             b = k.buffers[buf]
-            stage, g, span = f"st_{self.names[buf]}", self.names[buf], hi - lo + 1
-            nest += [f"{self.types[b.dtype]} {stage}[{span * lanes}];",
+            nest += [f"{self.types[b.dtype]} st_{self.names[buf]}[{(st.spans[buf][1] - st.spans[buf][0] + 1) * lanes}];",
                      f"const long bo_{self.names[buf]} = band * {st.rows * st.row_steps[buf]}L;  /* the band's start */"]
-            rest = self._channel_rest(buf) + var(f"bo_{self.names[buf]}")
-            at = lambda ch: affine_c(rest.substitute({c: Affine.of(ch) if isinstance(ch, int) else var(ch)}) + lo)  # noqa: E731
-            step = dict(rest.terms).get(c, 0)  # elements between two channels' spans
-            # a whole tile of 16 channels x 16 elements moves as a register transpose (GIR_TILE16)
-            tiled = self.types[b.dtype] == "float" and step > 0
-            e_end = f"(e0 + {lanes} < {span} ? e0 + {lanes} : {span})"
-            whole = f"e0 + {lanes} <= {span} && c_hi - c_lo == {lanes}"
-            if buf in st.written:  # each channel's span written out contiguously
-                tile = [f"if ({whole}) {{ gir_tile16({stage} + e0 * {lanes}, {lanes}, {g} + {at('c_lo')} + e0, {step}); continue; }}"]
-                scalar = block("for (int l = 0; l < c_hi - c_lo; ++l) {", [
-                    "const int ch = c_lo + l;", f"const long base = {at('ch')};",
-                    *block(f"for (int e = e0; e < {e_end}; ++e) {{", [f"{g}[base + e] = {stage}[e * {lanes} + l];"])])
-                target = copy_out
-            else:  # element-major: the stage is written contiguously, each channel read as a stream
-                tile = [f"const long first = {at('c_lo')} + e0, last = first + {step * (lanes - 1) + lanes - 1};",
-                        f"if ({whole} && first >= 0 && last < {b.size}) {{",
-                        f"  gir_tile16({g} + first, {step}, {stage} + e0 * {lanes}, {lanes});", "  continue;", "}"]
-                scalar = block(f"for (int e = e0; e < {e_end}; ++e) {{", [
-                    f"{self.scalar_barrier}  /* scalar: gcc 12 miscompiled masked gathers */",
-                    *block(f"for (int l = 0; l < {lanes}; ++l) {{", [
-                        "const int ch = c_lo + l;", f"const long x = {at('ch')} + e;",
-                        f"{stage}[e * {lanes} + l] = ch < c_hi && x >= 0 && x < {b.size} ? {g}[x] : 0;"])])
-                target = copy_in
-            moves = [*(["#ifdef GIR_TILE16", *block("{", tile), "#endif"] if tiled else []), *scalar]
-            target += block(f"for (int e0 = 0; e0 < {span}; e0 += {lanes}) {{", moves)
+            (copy_out if buf in st.written else copy_in).extend(self._copy_loops(k, buf))
         for (buf, literal), name in self.fill_rows.items():
             nest += [f"{self.types[k.buffers[buf].dtype]} {name}[{lanes}];",
                      f"for (int l = 0; l < {lanes}; ++l) {name}[l] = {literal};"]
@@ -109,6 +84,35 @@ class ChannelLanes:
         nest += [*copy_in, *inner, *copy_out]
         loop = f"  for (int r = 0; r < {prod(outer)}; ++r) {{"
         return [*head, self.team_pragma(k), *block(loop, ["  " + ln for ln in nest], "  }"), "}"]
+
+    def _copy_loops(self, k: Kernel, buf: str) -> list[str]:
+        """The copy of buffer buf's band span into its stage (read) or out of it (written), in
+        pieces of 16 elements: a whole piece of 16 channels as a register transpose where the
+        prelude defines GIR_TILE16, element by element otherwise."""
+        lanes, c, (lo, hi) = CHANNEL_LANES, self._last, self.staging.spans[buf]
+        b, stage, g, span = k.buffers[buf], f"st_{self.names[buf]}", self.names[buf], hi - lo + 1
+        rest = self._channel_rest(buf) + var(f"bo_{self.names[buf]}")
+        at = lambda ch: affine_c(rest.substitute({c: var(ch)}) + lo)  # noqa: E731  (the span's start for channel ch)
+        step = dict(rest.terms).get(c, 0)  # elements between two channels' spans
+        tiled = self.types[b.dtype] == "float" and step > 0
+        e_end = f"(e0 + {lanes} < {span} ? e0 + {lanes} : {span})"
+        whole = f"e0 + {lanes} <= {span} && c_hi - c_lo == {lanes}"
+        if buf in self.staging.written:  # each channel's span written out contiguously
+            tile = [f"if ({whole}) {{ gir_tile16({stage} + e0 * {lanes}, {lanes}, {g} + {at('c_lo')} + e0, {step}); continue; }}"]
+            scalar = block("for (int l = 0; l < c_hi - c_lo; ++l) {", [
+                "const int ch = c_lo + l;", f"const long base = {at('ch')};",
+                *block(f"for (int e = e0; e < {e_end}; ++e) {{", [f"{g}[base + e] = {stage}[e * {lanes} + l];"])])
+        else:  # element-major: the stage is written contiguously, each channel read as a stream
+            tile = [f"const long first = {at('c_lo')} + e0, last = first + {step * (lanes - 1) + lanes - 1};",
+                    f"if ({whole} && first >= 0 && last < {b.size}) {{",
+                    f"  gir_tile16({g} + first, {step}, {stage} + e0 * {lanes}, {lanes});", "  continue;", "}"]
+            scalar = block(f"for (int e = e0; e < {e_end}; ++e) {{", [
+                f"{self.scalar_barrier}  /* scalar: gcc 12 miscompiled masked gathers */",
+                *block(f"for (int l = 0; l < {lanes}; ++l) {{", [
+                    "const int ch = c_lo + l;", f"const long x = {at('ch')} + e;",
+                    f"{stage}[e * {lanes} + l] = ch < c_hi && x >= 0 && x < {b.size} ? {g}[x] : 0;"])])
+        moves = [*(["#ifdef GIR_TILE16", *block("{", tile), "#endif"] if tiled else []), *scalar]
+        return block(f"for (int e0 = 0; e0 < {span}; e0 += {lanes}) {{", moves)
 
     def _channel_rest(self, buf: str):
         """The part of buffer buf's staged offsets outside the plane axes (the channel and
