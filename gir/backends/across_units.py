@@ -26,7 +26,7 @@ from math import prod
 import numpy as np
 
 from gir.ir import DRAM, REGISTER
-from gir.ir.across_units import channel_lanes, merges_rows, splits_rows
+from gir.ir.across_units import channel_lanes, merges_rows, reads_what_it_writes, splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
 from gir.ir.affine import Affine, var
 from gir.ir.gops import Reduce
@@ -189,26 +189,19 @@ class AcrossUnits(ChannelLanes):
         units runs as m 64-byte vectors and one scalar unit; a second pass runs the last
         INTERIOR_CHUNK + 1 units again where the first left some over. Those units recompute
         outputs of the first pass and store the same values, which is safe because no unit
-        reads a DRAM buffer the kernel writes (`_rereads_own_output`). EfficientNet-B0's 3x3
+        reads a DRAM buffer the kernel writes (gir/ir/across_units.py reads_what_it_writes). EfficientNet-B0's 3x3
         stride-2 depthwise conv + SiLU over 96x112x112 left 7 of a row's 55 interior units
         scalar, and a scalar unit's SiLU cost 8 vector lanes': 835 -> 700 us, one thread."""
         b, c = self._last, INTERIOR_CHUNK
         # a short row stays one loop: run as two passes of 9 units in 32-byte vectors, a 14-unit
         # row of a 3x3 stride-2 conv over 240x28x28 took 215 us against 177 as one loop
-        if self._rereads_own_output(k) or self._row_length(k) < 2 * (c + 1):
+        if reads_what_it_writes([op for _, op in k.ops], k.buffers) or self._row_length(k) < 2 * (c + 1):
             return [self.simd_pragma, *block(f"for (int {b} = lo; {b} < hi; ++{b}) {{", body)]
         head = [f"const int whole = hi - lo > {c + 1} ? (hi - lo - 1) / {c} * {c} + 1 : hi - lo;",
                 "if (pass == 1 && whole == hi - lo) break;",
                 f"const int s = pass == 0 ? lo : hi - {c + 1}, e = pass == 0 ? lo + whole : hi;",
                 self.simd_pragma, *block(f"for (int {b} = s; {b} < e; ++{b}) {{", body)]
         return block("for (int pass = 0; pass < 2; ++pass) {", head)
-
-    @staticmethod
-    def _rereads_own_output(k: Kernel) -> bool:
-        """Whether some DRAM buffer of kernel k is both read and written by its gOperators."""
-        ops = [op for _, op in k.ops]
-        written = {s.buffer for op in ops for s in op.writes() if k.buffers[s.buffer].level == DRAM}
-        return any(s.buffer in written for op in ops for s in op.reads())
 
     def op_Move(self, op) -> list[str]:
         """In a padded row every DRAM load is masked: a select with zero, which gcc vectorises.

@@ -39,9 +39,9 @@ class ChannelLanes:
         no mask at all, a 5x5 stride-2 conv over 672x14x14)."""
         conditions = self._conditions(s, i)
         if conditions is None or conditions[1] and not conditions[0] and self._fill is not None:
-            fill = "false" if conditions is None else " && ".join(f"({c})" for c in conditions[1])
+            holds = "false" if conditions is None else " && ".join(f"({c})" for c in conditions[1])
             rows = self.fill_rows.setdefault((s.buffer, self._fill), f"fill{len(self.fill_rows)}")
-            key = (fill, s.buffer, self._staged_row(s, i), rows)
+            key = (holds, s.buffer, self._staged_row(s, i), rows)
             if key not in self.pointers:
                 self.pointers[key] = f"p{len(self.pointers)}"
             return f"{self.pointers[key]}[{self._last} - c_lo]", []
@@ -91,7 +91,7 @@ class ChannelLanes:
         prelude defines GIR_TILE16, element by element otherwise."""
         lanes, c, (lo, hi) = CHANNEL_LANES, self._last, self.staging.spans[buf]
         b, stage, g, span = k.buffers[buf], f"st_{self.names[buf]}", self.names[buf], hi - lo + 1
-        rest = self._channel_rest(buf) + var(f"bo_{self.names[buf]}")
+        rest = self.staging.rests[buf] + var(f"bo_{self.names[buf]}")
         at = lambda ch: affine_c(rest.substitute({c: var(ch)}) + lo)  # noqa: E731  (the span's start for channel ch)
         step = dict(rest.terms).get(c, 0)  # elements between two channels' spans
         tiled = self.types[b.dtype] == "float" and step > 0
@@ -113,17 +113,6 @@ class ChannelLanes:
                     f"{stage}[e * {lanes} + l] = ch < c_hi && x >= 0 && x < {b.size} ? {g}[x] : 0;"])])
         moves = [*(["#ifdef GIR_TILE16", *block("{", tile), "#endif"] if tiled else []), *scalar]
         return block(f"for (int e0 = 0; e0 < {span}; e0 += {lanes}) {{", moves)
-
-    def _channel_rest(self, buf: str):
-        """The part of buffer buf's staged offsets outside the plane axes (the channel and
-        outer terms; the same for every slice of it, or the staging would not hold)."""
-        plane = {f"b{i}" for i in range(self.staging.axis + 1, len(self.k.prim.grid))}
-        for op in (op for _, op in self.k.ops):
-            for s in (*op.reads(), *op.writes()):
-                if s.buffer == buf:
-                    _, rest = self.k.prim.normalize(s.offset).substitute({"w": Affine(0)}).split(plane)
-                    return rest - rest.const
-        raise AssertionError(buf)
 
     def _staged_ref(self, s, i: Idx) -> str:
         """Element i of staged slice s in its block's local array."""

@@ -125,13 +125,15 @@ class Staging:
     spans[buffer] = (lowest, highest) element offset a lane touches over the axes after `axis`
     and the slices' own elements, for the first band of `rows` positions along the axis after
     `axis` (a block copies one band at a time where the whole plane would not fit STAGE_BYTES;
-    band t's span lies t * rows * row_steps[buffer] elements further); `written`: the buffers
-    copied out after the band."""
+    band t's span lies t * rows * row_steps[buffer] elements further); rests[buffer]: the part
+    of its offsets on the channel and outer axes (without constant), where each lane's span
+    starts; `written`: the buffers copied out after the band."""
     axis: int
     spans: dict
     written: frozenset
-    rows: int = 0
-    row_steps: dict | None = None
+    rows: int
+    row_steps: dict
+    rests: dict
 
 
 def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None:
@@ -173,30 +175,28 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     # every buffer whose address moves with the channel is staged, so that a block's lanes past
     # the last channel read zeros and write nothing: the SIMD loop always runs whole blocks
     staged = {s.buffer for _, s, _ in slices if step_along(prim, s, axis) != 0}
-    read, written = {s.buffer for _, s, w in slices if not w}, {s.buffer for _, s, w in slices if w}
-    if not written <= staged:
+    written = {s.buffer for _, s, w in slices if w}
+    if not written <= staged or reads_what_it_writes(ops, buffers):
         return None
-    if read & written or not staged:
-        return None
+    blocks = {f"b{i}" for i in range(len(grid))}
     rests, row_steps = {}, {}
     for op, s, is_write in slices:
         if s.buffer not in staged:
             continue
-        rest = prim.normalize(s.offset).substitute({"w": Affine(0)}).split(set(plane))[1]
-        rest, step = rest - rest.const, step_along(prim, s, axis + 1)
-        if (not isinstance(op, Move) or is_write and s.is_masked or rests.setdefault(s.buffer, rest) != rest
-                or row_steps.setdefault(s.buffer, step) != step):
+        off = prim.normalize(s.offset).substitute({"w": Affine(0)})
+        rest, step = off.split(set(plane))[1], step_along(prim, s, axis + 1)
+        rest = rest - rest.const
+        if (not isinstance(op, Move) or is_write and s.is_masked or not off.variables <= blocks
+                or rests.setdefault(s.buffer, rest) != rest or row_steps.setdefault(s.buffer, step) != step):
             return None  # one layout per staged buffer: its slices differ only along the plane
     positions = grid[axis + 1]
     for rows in [r for r in range(positions, 0, -1) if positions % r == 0]:  # the largest band that fits
         spans = {}
-        for op, s, is_write in slices:
+        for _, s, _ in slices:
             if s.buffer in staged:
-                off = _plane_offsets(prim, s, plane, rows)
-                if off is None:
-                    return None
-                lo, hi = spans.get(s.buffer, (int(off.min()), int(off.max())))
-                spans[s.buffer] = (min(lo, int(off.min())), max(hi, int(off.max())))
+                lo, hi = _plane_span(prim, s, plane, rows)
+                old = spans.get(s.buffer, (lo, hi))
+                spans[s.buffer] = (min(lo, old[0]), max(hi, old[1]))
         nbytes = sum((hi - lo + 1) * CHANNEL_LANES * buffers[b].nbytes // buffers[b].size for b, (lo, hi) in spans.items())
         if nbytes <= STAGE_BYTES:
             break
@@ -207,17 +207,31 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     for buf in written:  # a staged output is copied back whole: every element of its span written
         if not _dense(np.concatenate([_plane_offsets(prim, s, plane, rows) for _, s, w in slices if w and s.buffer == buf])):
             return None
-    return Staging(axis, spans, frozenset(written), rows, row_steps)
+    return Staging(axis, spans, frozenset(written), rows, row_steps, rests)
+
+
+def reads_what_it_writes(ops, buffers: dict) -> bool:
+    """Whether some DRAM buffer is both read and written by the gOperators `ops`: a unit run
+    twice, or a buffer copied out after its units, would then see another unit's result."""
+    ops = [op for op in ops if not isinstance(op, Sync)]
+    written = {s.buffer for op in ops for s in op.writes() if buffers[s.buffer].level == DRAM}
+    return any(s.buffer in written for op in ops for s in op.reads())
+
+
+def _plane_span(prim: ParallelPrimitive, s, plane: list[str], rows: int) -> tuple[int, int]:
+    """The lowest and highest element offset slice s reaches over the plane axes (the other
+    axes at 0, the first plane axis below `rows`): an affine offset's extremes, at the ends."""
+    inside, rest = prim.normalize(s.offset).substitute({"w": Affine(0)}).split(set(plane))
+    extent = {n: (rows if j == 0 else prim.grid[int(n[1:])]) - 1 for j, n in enumerate(plane)}
+    lo = rest.const + int(min(s.pattern)) + sum(min(0, c * extent[n]) for n, c in inside.terms)
+    hi = rest.const + int(max(s.pattern)) + sum(max(0, c * extent[n]) for n, c in inside.terms)
+    return lo, hi
 
 
 def _plane_offsets(prim: ParallelPrimitive, s, plane: list[str], rows: int):
     """Every element offset slice s reaches over the plane axes (the other axes at 0, the
-    first plane axis below `rows`), or None where its offset uses more than block coordinates."""
-    off = prim.normalize(s.offset).substitute({"w": Affine(0)})
-    names = {f"b{i}" for i in range(len(prim.grid))}
-    if not off.variables <= names:
-        return None
-    inside, rest = off.split(set(plane))
+    first plane axis below `rows`)."""
+    inside, rest = prim.normalize(s.offset).substitute({"w": Affine(0)}).split(set(plane))
     grids = np.meshgrid(*[np.arange(rows if j == 0 else prim.grid[int(n[1:])]) for j, n in enumerate(plane)], indexing="ij")
     coords = {n: g.ravel() for n, g in zip(plane, grids)}
     base = rest.const + sum(c * coords[n] for n, c in inside.terms)
