@@ -600,8 +600,11 @@ def test_small_attention_block_matches_onnxruntime():
     ]
     inits = {"g": pos(d), "be": rnd(d), "wq": rnd(d, d), "wk": rnd(d, d), "wv": rnd(d, d), "z": i64(0), "two": i64(2),
              "hd": i64(heads, d // heads), "scale": np.float32(1 / math.sqrt(d // heads)), "flat": i64(b, s, d)}
+    # the outputs reach ~12 (three chained products of uniform(-2, 2) data), and the inputs come from
+    # the module's RNG, whose state depends on which tests ran before on this worker: an output
+    # near 0.15 left by cancellation carries fp32 rounding of its ~12-sized terms (1.6e-5 seen)
     g = check(nodes, {"x": rnd(b, s, d), "mask": np.where(bools(1, 1, s, s), 0, -1e4).astype(np.float32)}, inits,
-              opset=20)
+              opset=20, atol=1e-4)
     assert {op.kind for op in g.ops} == {"elementwise", "reduce", "matmul", "layout", "view"}
 
 
