@@ -60,7 +60,9 @@ LANE_WINDOWS = [
     # a 1-D conv over a batch of 16: the axis before the row is the batch, its lanes
     ("Conv", (16, 4, 30), (3,), dict(group=4, pads=[1, 1], strides=[2])),
     ("AveragePool", (1, 40, 9, 9), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], count_include_pad=1)),
-    # planes too large to stage whole: bands of output rows (a long row needs whole blocks)
+    # planes too large to stage whole: bands of output rows (a long row needs whole blocks; one
+    # block of 16 is enough)
+    ("Conv", (1, 16, 20, 70), (3, 3), dict(group=16, pads=[1, 1, 1, 1])),
     ("Conv", (1, 32, 40, 40), (3, 3), dict(group=32, pads=[1, 1, 1, 1])),
     ("Conv", (1, 32, 60, 60), (3, 3), dict(group=32, pads=[1, 1, 1, 1], strides=[2, 2])),
     ("MaxPool", (1, 32, 48, 48), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),

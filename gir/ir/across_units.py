@@ -152,8 +152,11 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     14), 3000 -> 162 us. Where a whole plane does not fit STAGE_BYTES, a block stages one band
     of output rows at a time: EfficientNet-B0's 3x3 stride-2 conv + SiLU over 96x112x112 654 ->
     450 us, 3x3 over 144x56x56 523 -> 452; on such long rows the form is taken only over whole
-    blocks of at least 32 channels (a max pool over 24x112x112 ran 102 us in the row form and
-    233 with a third of its lanes empty; 8 channels 39 -> 79). Taken where: rows are
+    blocks (a max pool over 24x112x112 ran 102 us in the row form and 233 with a third of its
+    lanes empty; 8 channels 39 -> 79), where one block gains too: RedNet-50's 7x7 involution
+    over a group of 16 channels of 56x56 5085 -> 523 us (49 weight planes streamed per row in
+    the row form), 16x112x112 3x3 max pool stride 2 96 -> 78, 3x3 conv + SiLU stride 2 114 ->
+    75, stride 1 228 -> 219. Taken where: rows are
     strided or masked (a window), the grid has an axis before the plane's two with
     at least half a block of channels, every DRAM buffer whose address moves with the channel
     is read or written only by Moves and in one layout (staged: a block's lanes past the last
@@ -166,7 +169,7 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     axis = len(grid) - 3
     if grid[axis] < CHANNEL_LANES // 2:
         return None
-    if grid[-1] >= SHORT_ROW and (grid[axis] % CHANNEL_LANES or grid[axis] < 2 * CHANNEL_LANES):
+    if grid[-1] >= SHORT_ROW and grid[axis] % CHANNEL_LANES:
         return None  # a long row vectorises in the row form: lanes on channels only where blocks are whole
     plane = [f"b{i}" for i in range(axis + 1, len(grid))]
     slices = [(op, s, w) for op in ops if not isinstance(op, Sync)
