@@ -373,20 +373,39 @@ class AcrossUnits(ChannelLanes):
             return super().wrap(e, lines)
         return block("{", lines) if len(lines) > 1 else lines
 
+    # independent accumulators per output of an unrolled group: a lane's sum over a window's
+    # taps was one chain of dependent adds, 49 x the add latency per position for RedNet-50's
+    # 7x7 involution, which bound its kernels (a lane is a unit here: no shuffle tree)
+    PARTIALS = 8
+
     def op_Reduce(self, op: Reduce) -> list[str]:
-        """Each output's group combined in element order, unrolled (groups are short here)."""
+        """Each output's group unrolled: element g joins partial g % PARTIALS (at least two
+        elements each), and the partials combine pairwise, so that the chain of dependent
+        operations is a few steps long instead of the group's length."""
         if not self.across:
             return super().op_Reduce(op)
         acc, ident, term = self._reduce_parts(op)
+        parts = max(1, min(self.PARTIALS, op.group // 2))
+        names = [f"acc{j}" for j in range(parts)] if parts > 1 else ["acc"]
         out = []
         for k in range(op.dst.size):
             dst = self.store(op.dst, constant(k), op)
             if dst is None:
                 continue
-            lines = [f"{self.ctype(acc)} acc = {ident};"]
+            lines = [f"{self.ctype(acc)} " + ", ".join(f"{n} = {ident}" for n in names) + ";"]
             for g in range(op.group):
                 x, ok = self.load(op.src, constant(k * op.group + g), None)
                 x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
-                lines.append(f"acc = {self.combine(op.op, 'acc', f'({x})')};")
+                n = names[g % parts]
+                lines.append(f"{n} = {self.combine(op.op, n, f'({x})')};")
+            level = names
+            while len(level) > 1:  # pairwise: ((acc0 + acc1) + (acc2 + acc3)) + ...
+                pairs = [level[i:i + 2] for i in range(0, len(level), 2)]
+                for a, *b in pairs:
+                    if b:
+                        lines.append(f"{a} = {self.combine(op.op, a, b[0])};")
+                level = [p[0] for p in pairs]
+            if level[0] != "acc":
+                lines.append(f"const {self.ctype(acc)} acc = {level[0]};")
             out += block("{", lines + guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, self.dtype(op.dst))};"]))
         return out
