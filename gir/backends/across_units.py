@@ -94,6 +94,7 @@ class AcrossUnits(ChannelLanes):
             return super().kernel_source(k)
         self.offsets: dict[tuple, str] = {}
         self.pointers: dict[tuple, str] = {}  # staged loads chosen per output position (_staged_load)
+        self.pointer_conditions: dict[tuple, tuple | None] = {}  # a pointer's key -> the conditions it needs
         self.fill_rows: dict[tuple, str] = {}
         self.row_conditions: dict[str, str] = {}
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
