@@ -172,7 +172,7 @@ def test_a_small_kernel_runs_without_forking_a_team(parallel):
 
 
 
-def test_a_short_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypatch, tmp_path):
+def test_a_short_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypatch):
     """A lowered 1x1 conv over few input channels: a unit holds a few positions x the input
     channels, the channels a plane apart. The product is computed inside the reduction with
     the positions as the SIMD loop and each channel's term one contiguous load (`_columns`),
@@ -193,7 +193,6 @@ def test_a_short_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypa
         terms.append("\n".join([*pre, x]))
         return pre, x
     monkeypatch.setattr(LoopedLanes, "_inlined_column_term", recorded)
-    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))  # plan and emit here, load nothing cached
     session = gir.Session(onnx.load("models/bundled/efficientnet_b0_tiny.onnx"), target="cpu")
     assert terms, "no kernel of the tiny EfficientNet-B0 ran a reduction's outputs as lanes"
     for text in terms:
