@@ -172,29 +172,33 @@ def test_a_small_kernel_runs_without_forking_a_team(parallel):
 
 
 
-def test_a_short_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypatch):
-    """A lowered 1x1 conv over few input channels: a unit holds a few positions x the input
-    channels, the channels a plane apart. The product is computed inside the reduction with
-    the positions as the SIMD loop and each channel's term one contiguous load (`_columns`),
-    not gathered per element (EfficientNet-B0 exported at 64x64, 4 -> 24 channels over 32x32
-    + SiLU: 120 -> 15 us on one thread). The tiny EfficientNet-B0's plan has such kernels: each
-    term's DRAM addresses step one element per output k (or none), with no division, and
-    every kernel matches the interpreter on the CPU harness."""
+def test_a_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypatch):
+    """A lowered 1x1 conv over up to 128 input channels: a unit holds a few positions x the
+    input channels, the channels a plane apart. The product is computed inside the reduction
+    with the positions as the SIMD loop and each channel's term one contiguous load
+    (`_columns`), not gathered per element (EfficientNet-B0 exported at 64x64, 4 -> 24 channels
+    over 32x32 + SiLU: 120 -> 15 us on one thread; a group of 32 or more in COLUMN_PARTIALS
+    partials). The tiny EfficientNet-B0's plan has such kernels: each term's DRAM addresses
+    step one element per output k (or none), with no division, and every kernel matches the
+    interpreter on the CPU harness."""
     import onnx
 
     import gir
     from gir.backends.cstyle import LoopedLanes
 
-    terms = []
+    terms, groups = [], set()
     column_term = LoopedLanes._inlined_column_term
 
     def recorded(self, r, g):
         pre, x = column_term(self, r, g)
         terms.append("\n".join([*pre, x]))
+        groups.add(r.group)
         return pre, x
     monkeypatch.setattr(LoopedLanes, "_inlined_column_term", recorded)
     session = gir.Session(onnx.load("models/bundled/efficientnet_b0_tiny.onnx"), target="cpu")
     assert terms, "no kernel of the tiny EfficientNet-B0 ran a reduction's outputs as lanes"
+    # both orders: a short group added in order, a long one (72 channels) in interleaved partials
+    assert min(groups) < 2 * LoopedLanes.ACCUMULATORS <= max(groups), groups
     for text in terms:
         refs = re.findall(r"g_\w+\[([^\]]*)\]", text)
         assert refs and all("/" not in a and "%" not in a for a in refs), text
