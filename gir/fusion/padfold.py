@@ -72,8 +72,26 @@ def fold_pad(graph: GIRGraph, pad: ConstantPad) -> GIRGraph | None:
     return out
 
 
+def _unpadded_runs_merged(pad: ConstantPad) -> ConstantPad:
+    """The pad with each run of neighbouring unpadded dimensions as one dimension: the same
+    tensors, element for element. A grid axis that coalesced batch and channels (a max pool's
+    2 x 8 planes as one axis of 16) steps one merged dimension, where over the separate ones
+    its coordinate would carry from channel to batch and the fold would give up."""
+    out, src, begin = [], [], []
+    for n_out, n_src, b in zip(pad.out_shape, pad.src_shape, pad.begin):
+        unpadded = n_out == n_src and b == 0
+        if out and unpadded and begin[-1] is None:
+            out[-1], src[-1] = out[-1] * n_out, src[-1] * n_src
+            continue
+        out.append(n_out)
+        src.append(n_src)
+        begin.append(None if unpadded else b)
+    return replace(pad, out_shape=tuple(out), src_shape=tuple(src), begin=tuple(b or 0 for b in begin))
+
+
 def _through_pad(s: Slice, fill, pad: ConstantPad, env):
     """(slice of the source, fill) reading what `s` reads from the padded tensor."""
+    pad = _unpadded_runs_merged(pad)
     pstr, xstr = contiguous_strides(pad.out_shape), contiguous_strides(pad.src_shape)
     rank = len(pstr)
     terms: list[list] = [[] for _ in range(rank)]
