@@ -187,14 +187,15 @@ def test_a_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypatch):
     from gir.backends.cstyle import LoopedLanes
 
     terms, groups = [], set()
-    column_term = LoopedLanes._inlined_column_term
+    inlined_term = LoopedLanes._inlined_term
 
-    def recorded(self, r, g):
-        pre, x = column_term(self, r, g)
-        terms.append("\n".join([*pre, x]))
-        groups.add(r.group)
+    def recorded(self, r, index, column=None):
+        pre, x = inlined_term(self, r, index, column)
+        if column is not None:
+            terms.append("\n".join([*pre, x]))
+            groups.add(r.group)
         return pre, x
-    monkeypatch.setattr(LoopedLanes, "_inlined_column_term", recorded)
+    monkeypatch.setattr(LoopedLanes, "_inlined_term", recorded)
     session = gir.Session(onnx.load("models/bundled/efficientnet_b0_tiny.onnx"), target="cpu")
     assert terms, "no kernel of the tiny EfficientNet-B0 ran a reduction's outputs as lanes"
     # both orders: a short group added in order, a long one (72 channels) in interleaved partials

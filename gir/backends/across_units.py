@@ -94,7 +94,6 @@ class AcrossUnits(ChannelLanes):
             return super().kernel_source(k)
         self.offsets: dict[tuple, str] = {}
         self.pointers: dict[tuple, str] = {}  # staged loads chosen per output position (_staged_load)
-        self.pointer_conditions: dict[tuple, tuple | None] = {}  # a pointer's key -> the conditions it needs
         self.fill_rows: dict[tuple, str] = {}
         self.row_conditions: dict[str, str] = {}
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
@@ -399,14 +398,8 @@ class AcrossUnits(ChannelLanes):
                 x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
                 n = names[g % parts]
                 lines.append(f"{n} = {self.combine(op.op, n, f'({x})')};")
-            level = names
-            while len(level) > 1:  # pairwise: ((acc0 + acc1) + (acc2 + acc3)) + ...
-                pairs = [level[i:i + 2] for i in range(0, len(level), 2)]
-                for a, *b in pairs:
-                    if b:
-                        lines.append(f"{a} = {self.combine(op.op, a, b[0])};")
-                level = [p[0] for p in pairs]
-            if level[0] != "acc":
-                lines.append(f"const {self.ctype(acc)} acc = {level[0]};")
+            lines += self.pairwise(op.op, names)
+            if names[0] != "acc":
+                lines.append(f"const {self.ctype(acc)} acc = {names[0]};")
             out += block("{", lines + guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, self.dtype(op.dst))};"]))
         return out

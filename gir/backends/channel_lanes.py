@@ -39,12 +39,11 @@ class ChannelLanes:
         no mask at all, a 5x5 stride-2 conv over 672x14x14)."""
         conditions = self._conditions(s, i)
         if conditions is None or conditions[1] and not conditions[0] and self._fill is not None:
-            holds = "false" if conditions is None else " && ".join(f"({c})" for c in conditions[1])
+            held = None if conditions is None else tuple(conditions[1])  # None: never (the fill)
             rows = self.fill_rows.setdefault((s.buffer, self._fill), f"fill{len(self.fill_rows)}")
-            key = (holds, s.buffer, self._staged_row(s, i), rows)
+            key = (held, s.buffer, self._staged_row(s, i), rows)
             if key not in self.pointers:
                 self.pointers[key] = f"p{len(self.pointers)}"
-                self.pointer_conditions[key] = None if conditions is None else tuple(conditions[1])
             return f"{self.pointers[key]}[{self._last} - c_lo]", []
         return self._staged_ref(s, i), self.mask(s, i)
 
@@ -98,14 +97,13 @@ class ChannelLanes:
 
         def pointers(interior: bool) -> list[str]:
             out = []
-            for key, name in self.pointers.items():
-                cond, buf, at, rows = key
+            for (held, buf, at, rows), name in self.pointers.items():
                 stage = f"st_{self.names[buf]} + ({at})"
-                held = self.pointer_conditions[key]
+                cond = "false" if held is None else " && ".join(f"({c})" for c in held)
                 value = (stage if held is not None else rows) if interior else f"({cond}) ? {stage} : {rows}"
                 out.append(f"const {self.types[k.buffers[buf].dtype]}* {name} = {value};")
             return out
-        atoms = list(dict.fromkeys(a for held in self.pointer_conditions.values() if held for a in held))
+        atoms = list(dict.fromkeys(a for held, *_ in self.pointers if held for a in held))
         if not atoms:
             return pointers(False) + loop
         return [*block(f"if ({' & '.join(f'({a})' for a in atoms)}) {{", pointers(True) + loop, "} else {"),

@@ -220,6 +220,13 @@ def _columns(s: Slice, group: int) -> bool:
     return bool(((steps == 1).all(axis=0) | (steps == 0).all(axis=0)).all())
 
 
+def _column(s: Slice, group: int, g: int) -> Slice:
+    """The elements g of slice s's runs of `group` (`_columns` holds): a 1-D slice, one step
+    per run."""
+    runs = s.pattern.reshape(-1, group)
+    return Slice(s.buffer, s.offset + int(runs[0, g]), (runs.shape[0],), (int(runs[1, g] - runs[0, g]),))
+
+
 def register_segments(k: Kernel) -> list[tuple[range, list[str]]]:
     """The kernel's gOperators cut where no register buffer is live across the cut, each span
     with the register buffers it uses. Declaring arrays only in their span bounds what a C
@@ -948,6 +955,16 @@ class CStyle:
         s = "S" if chain else ""
         return {"sum": f"{a} + {b}", "prod": f"{a} * {b}", "max": f"GIR_MAX{s}({a}, {b})", "min": f"GIR_MIN{s}({a}, {b})"}[kind]
 
+    def pairwise(self, kind: str, names: list[str], chain: bool = False) -> list[str]:
+        """Statements that combine the partials `names` pairwise into names[0]:
+        ((p0 . p1) . (p2 . p3)) . ... (a tree: log2 dependent steps, not len(names))."""
+        lines = []
+        while len(names) > 1:
+            pairs = [names[i:i + 2] for i in range(0, len(names), 2)]
+            lines += [f"{a} = {self.combine(kind, a, b[0], chain)};" for a, *b in pairs if b]
+            names = [pair[0] for pair in pairs]
+        return lines
+
     def reduce_own(self, op: Reduce) -> list[str]:
         """uniform=False: output element k is reduced by the lane that owns it."""
         acc, ident, term = self._reduce_parts(op)
@@ -1124,13 +1141,10 @@ class LoopedLanes:
             names = ["acc"] + [f"acc{j}" for j in range(1, parts)]
             lines = [f"{self.ctype(acc)} " + ", ".join(f"{n} = {ident}" for n in names) + ";"]
             for g in range(op.group):
-                pre, x = self._inlined_column_term(op, g)
+                pre, x = self._inlined_term(op, Idx(f"k*{op.group} + {g}"), column=g)
                 n = names[g % parts]
                 lines += block("{", [*pre, f"{n} = {self.combine(op.op, n, f'({term(x)})', chain=True)};"])
-            while len(names) > 1:
-                pairs = [names[i:i + 2] for i in range(0, len(names), 2)]
-                lines += [f"{a} = {self.combine(op.op, a, b[0], chain=True)};" for a, *b in pairs if b]
-                names = [pair[0] for pair in pairs]
+            lines += self.pairwise(op.op, names, chain=True)
             pragma = [self.simd_pragma] if self.simd_pragma else []
             return pragma + block(f"for (int k = 0; k < {op.dst.size}; ++k) {{", lines + store)
         return block(f"for (int k = 0; k < {op.dst.size}; ++k) {{", [*self.reduce_loop(op, acc, ident, x, " ".join(pre)), *store])
@@ -1209,39 +1223,24 @@ class LoopedLanes:
             return None
         return m
 
-    def _inlined_term(self, r, index: Idx) -> tuple[list[str], str | None]:
-        """(statements, value) of element `index` of r's source computed in place, or ([], None)."""
+    def _inlined_term(self, r, index: Idx, column: int | None = None) -> tuple[list[str], str | None]:
+        """(statements, value) of element `index` of r's source computed in place, or ([], None).
+        `column`: element `column` of output k's group, the outputs in the SIMD lanes
+        (`_inline_plan`'s third set): each loaded input is read as its runs' column-th elements,
+        one address per output apart (or one for all), an address affine in k with no division."""
         if id(r) not in self._inline_plan()[0]:
             return [], None
         e, loads = self._inline_plan()[0][id(r)]
         inputs = []
         for s in e.inputs:
-            x, ok = self.load(loads[s.buffer].src if s.buffer in loads else s, index, None)
+            if s.buffer in loads and column is not None:
+                x, ok = self.load(_column(loads[s.buffer].src, r.group, column), Idx("k"), None)
+            else:
+                x, ok = self.load(loads[s.buffer].src if s.buffer in loads else s, index, None)
             if ok:  # _plain admitted only slices without a mask to test: the plan and the emitter disagree
                 raise EmitError(f"{self.k.name}: an inlined input of a reduction has a mask ({' && '.join(ok)})")
             inputs.append((x, self.dtype(s)))
         lines, x, dt = self.render_expr(e.expr, inputs, e.compute_dtype, Elem(index))
-        return lines, self.to_storage(x, dt, self.dtype(e.out))
-
-    def _inlined_column_term(self, r, g: int) -> tuple[list[str], str]:
-        """(statements, value) of element g of output k's group, r's product computed in place
-        (`_inline_plan`'s SIMD-across-outputs case): each loaded input read as the column of its
-        runs' g-th elements, one address per output apart (or one address for all), so that
-        the address is affine in k with no division."""
-        e, loads = self._inline_plan()[0][id(r)]
-        inputs = []
-        for s in e.inputs:
-            if s.buffer in loads:
-                src = loads[s.buffer].src
-                runs = src.pattern.reshape(-1, r.group)
-                column = Slice(src.buffer, src.offset + int(runs[0, g]), (runs.shape[0],), (int(runs[1, g] - runs[0, g]),))
-                x, ok = self.load(column, Idx("k"), None)
-            else:
-                x, ok = self.load(s, Idx(f"k*{r.group} + {g}"), None)
-            if ok:
-                raise EmitError(f"{self.k.name}: an inlined input of a reduction has a mask ({' && '.join(ok)})")
-            inputs.append((x, self.dtype(s)))
-        lines, x, dt = self.render_expr(e.expr, inputs, e.compute_dtype, Elem(Idx(f"k*{r.group} + {g}")))
         return lines, self.to_storage(x, dt, self.dtype(e.out))
 
     def reduce_loop(self, op, acc: str, ident: str, x: str, pre: str = "") -> list[str]:
