@@ -47,8 +47,9 @@ def test_vector_candidates_match_the_interpreter(target, dialect, emitter):
 
 
 def test_ragged_and_scalar_slices_stay_scalar():
-    """(4, 33): no vec=4 candidate at all; the vec=1 ones report width 1 and emit no vector type."""
-    _, _, cands = _candidates((4, 33), "h100")
+    """(3, 33), 99 elements read as one flat run: the last unit's edge falls inside a lane's four
+    elements, so every candidate reports width 1 and emits no vector type."""
+    _, _, cands = _candidates((3, 33), "h100")
     for c in cands:
         assert all(vector_width(o, c.graph.buffers) == 1 for _, o in c.graph.ops() if isinstance(o, Move))
         assert "float4" not in _source(c.graph, CudaEmitter).split("__global__", 1)[1]
@@ -150,3 +151,65 @@ def test_a_ragged_last_block_of_whole_rows_keeps_16_byte_accesses(target, dialec
         got = run_on_cpu_harness(c.graph, feeds, dialect)
         for name, value in want.items():
             np.testing.assert_array_equal(got[name], value)
+
+
+@pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
+def test_a_ragged_edge_on_a_whole_vector_keeps_16_byte_accesses(target, dialect, emitter):
+    """(4, 97) read as 388 consecutive floats, four a lane: the last unit's edge falls between
+    two lanes' vectors, so its lanes are guarded one by one (`run_uniform_mask`) and
+    every access stays 16 bytes wide. Against the interpreter on the CPU harness."""
+    from gir.ir.vector_access import run_uniform_mask, unit_uniform_mask
+    _, _, cands = _candidates((4, 97), target)
+    wide = [c for c in cands if c.params["vec"] == 4 and c.params["chunk"] == 4 * get_target(target).lanes_per_unit]
+    assert wide
+    c = wide[0]
+    moves = [o for _, o in c.graph.ops() if isinstance(o, Move)]
+    ragged = [o for o in moves if o.src.buffer == "a"]
+    assert ragged and all(not unit_uniform_mask(o.src) and run_uniform_mask(o.src, 4) for o in ragged)
+    assert all(vector_width(o, c.graph.buffers) == 4 for o in moves)
+    assert "float4" in _source(c.graph, emitter)
+    rng = np.random.default_rng(5)
+    feeds = {"a": rng.standard_normal((4, 97)).astype(np.float32), "b": rng.standard_normal((4, 97)).astype(np.float32)}
+    np.testing.assert_array_equal(run_on_cpu_harness(c.graph, feeds, dialect)["y"], run(c.graph, feeds).outputs["y"])
+
+
+@pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
+def test_two_half_rows_a_unit_load_eight_halves_a_lane(target, dialect, emitter):
+    """Rows of 128 halves (a softmax over 128 keys in fp16) are too short to give every lane
+    eight halves, so a unit takes two rows, half of its lanes each: 16-byte loads, each row's
+    max over its own lanes. Against the interpreter on the CPU harness."""
+    from gir.frontend.basic import BasicOp
+    lanes = get_target(target).lanes_per_unit
+    rows = 2 * lanes * 8 // 128  # a unit's worth of rows: 2 on 32-lane warps, 4 on 64-lane wavefronts
+    ts = {"x": tt.T("x", (3 * rows, 128), "float16"), "y": tt.T("y", (3 * rows,), "float16")}
+    op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "max", "axes": (1,), "keepdims": False}, "r")
+    cands = candidates(op, ts, get_target(target)).candidates
+    wide = [c for c in cands if c.structure == "unit" and c.params.get("vec") == 8]
+    assert wide and all(c.params["outputs_per_unit"] * 128 % (8 * lanes) == 0 for c in wide)
+    c = wide[0]
+    graph = optimize(c.graph)[0]
+    (load,) = [o for _, o in graph.ops() if isinstance(o, Move) and o.src.buffer == "x"]
+    assert vector_width(load, graph.buffers) == 8 and "uint4" in _source(graph, emitter)
+    feeds = {"x": np.random.default_rng(6).standard_normal((3 * rows, 128)).astype(np.float16)}
+    np.testing.assert_array_equal(run_on_cpu_harness(graph, feeds, dialect)["y"], run(graph, feeds).outputs["y"])
+
+
+@pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
+def test_a_cast_from_half_places_eight_elements_a_lane(target, dialect, emitter):
+    """fp16 -> fp32 (a LayerNorm's cast in a half model): eight elements a lane, so the halves
+    load 16 bytes at a time and the floats store as two 16-byte accesses."""
+    from gir.ir.expr import Input as In
+    shape = (4, 512)
+    ts = {"a": tt.T("a", shape, "float16"), "y": tt.T("y", shape)}
+    op = tt.ew("cast", In(0), [ts["a"]], shape)
+    wide = [c for c in candidates(op, ts, get_target(target)).candidates if c.params["vec"] == 8]
+    assert wide
+    graph = optimize(wide[0].graph)[0]
+    widths = {(o.src if o.src.buffer == "a" else o.dst).buffer: vector_width(o, graph.buffers)
+              for _, o in graph.ops() if isinstance(o, Move)}
+    assert widths == {"a": 8, "y": 4}
+    src = _source(graph, emitter)
+    loads = src.count("const uint4 v = *(const uint4*)")
+    assert loads and src.count("*(float4*)") == 2 * loads
+    feeds = {"a": np.random.default_rng(7).standard_normal(shape).astype(np.float16)}
+    np.testing.assert_array_equal(run_on_cpu_harness(graph, feeds, dialect)["y"], run(graph, feeds).outputs["y"])

@@ -809,13 +809,15 @@ class CStyle:
         return self.for_elements(op, op.dst.size, body)
 
     def vector_move(self, op) -> list[str] | None:
-        """A Move between DRAM and registers as one 8- or 16-byte access per lane, where
-        gir.ir.vector_access proves the DRAM side (consecutive, aligned, unmasked or masked per
-        unit) and each lane's elements sit in consecutive register slots; None otherwise (the
-        scalar path). A per-unit mask guards each access; a load it fails takes the fill."""
-        vec = vector_width(op, self.k.buffers)
+        """A Move between DRAM and registers as 8- or 16-byte accesses, one per lane and run of
+        `vector_width` elements, where gir.ir.vector_access proves the DRAM side (consecutive,
+        aligned, unmasked or masked on whole runs) and each lane's elements sit in consecutive
+        register slots; None otherwise (the scalar path). The mask at a run's first element
+        guards its access; a load it fails takes the fill."""
+        vec = vector_width(op, self.k.buffers)  # elements per access
         if vec == 1:
             return None
+        place = op.vec  # each lane's consecutive elements: one access or several of `vec`
         src_dram = self.level(op.src) == DRAM
         dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
         vtype = self.vector_types.get(self.dtype(dram), {}).get(vec)
@@ -824,8 +826,8 @@ class CStyle:
             return None
         lay, name, L, lanes = self.layouts[reg.buffer], self.names[reg.buffer], self.L, np.arange(self.L)
         groups = []
-        for j in range(-(-n // (vec * L))):
-            first = j * vec * L + vec * lanes
+        starts = [j * place * L + place * lanes + part * vec for j in range(-(-n // (place * L))) for part in range(place // vec)]
+        for first in starts:
             valid = first < n
             ks = [np.where(valid, first + v, 0) for v in range(vec)]
             addr = [dram.pattern[e] for e in ks]
@@ -842,7 +844,7 @@ class CStyle:
         for i, slot, guard in groups:
             where = f"&{self.names[dram.buffer]}[{self.address(dram, i)}]"
             parts = [f"{name}[{slot + v}]" for v in range(vec)]
-            unit_mask = self.mask(dram, i)  # the same for every element of the unit (unit_uniform_mask)
+            unit_mask = self.mask(dram, i)  # the same for the lane's run of elements (run_uniform_mask)
             if unit_mask:
                 out += self._masked_vector(op, src_dram, unit_mask, guard, parts,
                                            self._vector_access(src_dram, vtype, where, parts, fields, dt))

@@ -461,9 +461,16 @@ def _ranked(kernels: list[Kernel]) -> list[Kernel]:
     def key(k):
         if k.estimate.seconds > fastest * (1 + RANK_TOLERANCE):
             return (1, 0, 0.0, 0, k.estimate.seconds)
-        return (0, k.estimate.dram_bytes, -round(wide_share(k.graph), 3), not _fills_machine(k.graph),
+        return (0, k.estimate.dram_bytes, *_narrowness(k.graph), not _fills_machine(k.graph),
                 -k.graph.prim.units_per_block, k.estimate.seconds)
     return sorted(kernels, key=key)
+
+
+def _narrowness(graph) -> tuple[float, float]:
+    """Sort key, wider first: the share of DRAM bytes moved 16 bytes at a time, then by any
+    vector access (a fp16 LayerNorm row split over three units of eight halves a lane before
+    six units of four)."""
+    return -round(wide_share(graph, 16), 3), -round(wide_share(graph), 3)
 
 
 def _fills_machine(graph) -> bool:
@@ -478,11 +485,18 @@ def shortlist(choices: list[list], limit: int) -> list[list]:
     """The `limit` structures worth rewriting: the templates' first (the tiling the group's
     operators were written to agree on, which fuses best), then the others the time model
     ranks fastest as they stand, each operator's candidate alone (`quick_estimate`: the
-    rewrite changes what a group keeps in registers, not how its structure uses the machine)."""
+    rewrite changes what a group keeps in registers, not how its structure uses the machine;
+    ties as in `_ranked`)."""
     if len(choices) <= limit:
         return choices
     quick = [sum(quick_estimate(c.graph).seconds for c in chosen) for chosen in choices]
-    rest = sorted(range(1, len(choices)), key=lambda i: (quick[i], i))
+    fastest = min(quick[1:])
+
+    def key(i):  # as _ranked: within RANK_TOLERANCE a tie, which goes to the wider accesses
+        if quick[i] > fastest * (1 + RANK_TOLERANCE):
+            return (1, (0.0, 0.0), quick[i], i)
+        return (0, tuple(map(sum, zip(*(_narrowness(c.graph) for c in choices[i])))), quick[i], i)
+    rest = sorted(range(1, len(choices)), key=key)
     return [choices[0]] + [choices[i] for i in rest[:limit - 1]]
 
 

@@ -6,10 +6,13 @@ A Move between DRAM and registers qualifies when each lane's `vec` consecutive e
 ownership: element k belongs to lane (k // vec) % lanes) sit at consecutive DRAM addresses and
 the first is a multiple of `vec` for every unit: every coefficient of the slice's affine offset
 and its constant are multiples of `vec` (DRAM buffers start 256-byte aligned: arena offsets and
-allocations), and the slice is unmasked or masked per unit only (`unit_uniform_mask`; a ragged
-edge within a unit keeps the scalar path). The register side
-(consecutive slots of one lane) is the emitter's to check."""
+allocations), and the slice's mask, if any, holds for all of a lane's `vec` elements or for none
+(`run_uniform_mask`: per unit, or a ragged edge that falls on a multiple of `vec`; any other
+ragged edge keeps the scalar path). The register side (consecutive slots of one lane) is the
+emitter's to check."""
 from __future__ import annotations
+
+from math import prod
 
 import numpy as np
 
@@ -31,8 +34,31 @@ def unit_uniform_mask(s) -> bool:
     return all(s.shape[d] == 1 for d in bounded)
 
 
+def run_uniform_mask(s, vec: int) -> bool:
+    """Whether a slice's mask, if any, holds for all of each aligned run of `vec` consecutive
+    elements (element k .. k+vec-1, k a multiple of vec) or for none, for every unit. A bounded
+    dimension qualifies when a run stays at one index of it (the elements inside it are a
+    multiple of vec: a row of 2 x 64 halves masked by rows), or when it is the innermost
+    dimension, its extent a multiple of vec and its bound a multiple of vec for every unit (a
+    LayerNorm row of 768 split over four units of 256: the fourth unit's lanes all out, each
+    lane's eight elements in or out together). The emitter then guards each lane's access with
+    the mask at the run's first element."""
+    for bounds in (s.limits, s.starts):
+        for d, b in enumerate(bounds):
+            if b is None or s.shape[d] == 1:
+                continue
+            inner = prod(s.shape[d + 1:])
+            if inner % vec == 0:
+                continue
+            if inner != 1 or s.shape[d] % vec or b.const % vec or any(c % vec for _, c in b.terms):
+                return False
+    return True
+
+
 def vector_width(op, buffers: dict) -> int:
-    """`vec` when `op`'s DRAM side can be accessed `vec` elements at a time, else 1.
+    """Elements per access when `op`'s DRAM side can be accessed several at a time, else 1:
+    the op's `vec` (each lane's consecutive elements), or the dtype's widest access within it
+    (fp32 placed eight to a lane, for the halves of its group: two 16-byte accesses).
     `buffers`: buffer name -> Buffer (a graph's or a kernel's)."""
     vec = getattr(op, "vec", 1)
     if not isinstance(op, Move) or op.uniform or vec not in (2, 4, 8):  # a fill: where a unit's mask fails
@@ -43,8 +69,9 @@ def vector_width(op, buffers: dict) -> int:
     dram, reg = (op.src, op.dst) if src_dram else (op.dst, op.src)
     n = op.dst.size
     dtype = buffers[dram.buffer].dtype
-    if (buffers[reg.buffer].level != REGISTER or buffers[reg.buffer].dtype != dtype or vec not in WIDE_DTYPES.get(dtype, ())
-            or not unit_uniform_mask(dram) or reg.is_masked or n % vec or dram.offset.const % vec
+    width = max((w for w in WIDE_DTYPES.get(dtype, ()) if w <= vec), default=1)
+    if (width == 1 or buffers[reg.buffer].level != REGISTER or buffers[reg.buffer].dtype != dtype
+            or not run_uniform_mask(dram, vec) or reg.is_masked or n % vec or dram.offset.const % vec
             or any(c % vec for _, c in dram.offset.terms)):
         return 1
     pattern = dram.pattern
@@ -52,7 +79,7 @@ def vector_width(op, buffers: dict) -> int:
     runs = pattern[first[:, None] + np.arange(vec)]
     if (runs != runs[:, :1] + np.arange(vec)).any() or (runs[:, 0] % vec).any():
         return 1
-    return vec
+    return width
 
 
 def unit_dram_bytes(op, buffers: dict) -> int:
@@ -62,10 +89,11 @@ def unit_dram_bytes(op, buffers: dict) -> int:
     return len(np.unique(dram.pattern)) * itemsize(buffers[dram.buffer].dtype)
 
 
-def wide_share(graph) -> float:
+def wide_share(graph, at_least: int = 0) -> float:
     """Share of the DRAM bytes a graph's Moves move that vector accesses move (0..1): per Move,
     the distinct DRAM elements one unit touches, so a broadcast operand (a per-channel scale
-    read by every lane of a unit from one address) counts once per unit, not once per lane."""
+    read by every lane of a unit from one address) counts once per unit, not once per lane.
+    `at_least`: count only accesses of that many bytes or more (16: the 128-bit share)."""
     buffers = graph.buffers
     total = wide = 0
     for _, op in graph.ops():
@@ -73,6 +101,7 @@ def wide_share(graph) -> float:
             continue
         nbytes = unit_dram_bytes(op, buffers)
         total += nbytes
-        if vector_width(op, buffers) > 1:
+        width = vector_width(op, buffers)
+        if width > 1 and width * itemsize(buffers[op.dst.buffer].dtype) >= at_least:
             wide += nbytes
     return wide / total if total else 0.0

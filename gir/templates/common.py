@@ -10,6 +10,7 @@ from gir.frontend.basic import BasicOp, Tensor, contiguous_strides
 from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice, W, block_coord, validate
 from gir.ir.validate import GraphError
 from gir.ir.affine import Affine
+from gir.ir.dtypes import itemsize
 from gir.ir.target import Target
 
 
@@ -189,6 +190,33 @@ def _box_addressing(box: Box, offset: int, strides: tuple[int, ...]) -> tuple:
     return base, box.shape, strides[k:], limits
 
 
+HALF_FLOATS = ("float16", "bfloat16")
+
+
+def lane_widths(tensors: dict[str, Tensor], names, target: Target) -> list[int]:
+    """Consecutive elements per lane (`vec`) worth offering an op, widest first: 16 bytes of
+    its operands' widest type (4 for fp32) and of their narrowest (8 where one is fp16/bf16).
+    On a target that issues 16-byte accesses, a graph holding 16-bit floats also offers 8 to
+    its 4-byte ops: a fused group takes one width every op offers, so the fp32 sums between a
+    half LayerNorm's casts would otherwise hold its fp16 loads and stores to 8 bytes."""
+    sizes = {itemsize(tensors[n].dtype) for n in names}
+    widths = {16 // max(sizes), 16 // min(sizes)}
+    if target.timing.widest_access_bytes >= 16 and any(t.dtype in HALF_FLOATS for t in tensors.values()):
+        widths.add(8)
+    return sorted((w for w in widths if w in (2, 4, 8)), reverse=True)
+
+
+def exact_blocks(row: int, target: Target) -> list[int]:
+    """Units per block that split a row into one 16-byte vector per lane each (four fp32 or
+    eight fp16 elements a lane), where that count is not a power of two: a row of 768 halves
+    over three units of 256 (a LayerNorm in fp16), which the power-of-two block sizes split
+    only into partial vectors."""
+    if target.timing.widest_access_bytes < 16:
+        return []
+    counts = {row // (vec * target.lanes_per_unit) for vec in (4, 8) if row % (vec * target.lanes_per_unit) == 0}
+    return sorted(u for u in counts if 2 < u <= target.max_units_per_block and u & (u - 1))
+
+
 def row_elements_per_lane(target: Target) -> int:
     return max(32, target.register_bytes_per_lane // (16 * 4))
 
@@ -215,6 +243,7 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
     if last <= row_elements_per_lane(target) * lanes:
         out += [("row", 1, last, u, 0) for u in upbs]
     out += [("row", 1, ceil(last / (u * lanes)) * lanes, u, 0) for u in upbs if u > 1]
+    out += [("row", 1, last // u, u, 0) for u in exact_blocks(last, target) if u not in upbs]
     for elems_per_lane in (1, 2, 4, 8):
         span = lanes * elems_per_lane
         out += [("chunk", 1, min(span, last), u, 0) for u in upbs]

@@ -6,21 +6,20 @@ from typing import Callable
 
 from gir.frontend.basic import contiguous_strides
 from gir.ir import REGISTER, Slice
-from gir.ir.dtypes import itemsize
 
-from .common import admit, Box, Candidate, box_choices, load, new_graph, store
+from .common import admit, Box, Candidate, box_choices, lane_widths, load, new_graph, store
 
 
-def vec_choices(chunk: int, strides: list[tuple[int, ...]], target, widest: int = 4) -> list[int]:
-    """Vector width 16 / `widest` (the operands' largest element size: 4 for fp32, 8 for an op
-    whose operands are all fp16/bf16) where every operand walks the last dimension contiguously
-    (or not at all), first where the target issues 16-byte accesses (the fusion search keeps the
-    first candidate of each parallel structure), else after the scalar one."""
-    vec = 8 if widest == 2 else 4
+def vec_choices(chunk: int, size: int, strides: list[tuple[int, ...]], target, widths: list[int]) -> list[int]:
+    """The widths of `lane_widths` that fit: every operand walks the last dimension
+    contiguously (or not at all), a unit's chunk of a row splits into whole vectors and the
+    unit's box (`size` elements) gives every lane whole vectors (rows of 128 halves two to a
+    unit, 16 lanes to a row: a softmax over 128 keys in fp16). Widest first where the target
+    issues 16-byte accesses (the fusion search takes the widest every op of a group offers),
+    else after the scalar one."""
     contiguous = all(s[-1] in (0, 1) for s in strides)
-    if not contiguous or chunk % (vec * target.lanes_per_unit):
-        return [1]
-    return [vec, 1] if target.timing.widest_access_bytes >= 16 else [1, vec]
+    fit = [v for v in widths if contiguous and chunk % v == 0 and size % (v * target.lanes_per_unit) == 0]
+    return fit + [1] if target.timing.widest_access_bytes >= 16 else [1, *fit]
 
 
 def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, int, tuple]], out_strides: tuple,
@@ -31,11 +30,11 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
     out = tensors[op.outputs[0]]
     dims, padded = Box.pad(dims, [out_strides, *[v[2] for v in in_views]])
     out_strides, in_strides = padded[0], padded[1:]
-    widest = max(itemsize(tensors[n].dtype) for n in [out.name, *[v[0] for v in in_views]])
+    widths = lane_widths(tensors, [out.name, *[v[0] for v in in_views]], target)
     cands = []
     for structure, rows, chunk, upb, whole in box_choices(dims, target):
-        for vec in vec_choices(chunk, padded, target, widest):
-            box = Box.of(dims, structure, rows, chunk, upb, whole)
+        box = Box.of(dims, structure, rows, chunk, upb, whole)
+        for vec in vec_choices(chunk, box.size, padded, target, widths):
             g = new_graph(op, tensors, target, box.prim(), structure, [v[0] for v in in_views])
             regs = [load(g, box.slice(name, offset, st), f"in{i}", box.size, tensors[name].dtype, vec=vec)
                     for i, ((name, offset, _), st) in enumerate(zip(in_views, in_strides))]

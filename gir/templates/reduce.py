@@ -21,7 +21,7 @@ from gir.ir.affine import Affine
 from gir.ir.dtypes import accumulator, itemsize
 from gir.ir.gops import reduce_identity
 
-from .common import admit, block_sizes, new_graph
+from .common import admit, block_sizes, exact_blocks, lane_widths, new_graph
 
 
 def split_dims(shape, axes, strides=None, out_strides=None):
@@ -67,6 +67,7 @@ class _Plan:
         x, y = tensors[op.inputs[0]], tensors[op.outputs[0]]
         source, self.offset, strides = view or (x.name, 0, None)
         self.x, self.y = tensors[source], y
+        self.widths = lane_widths(tensors, [source, y.name], target)
         shape, axes = x.shape or (1,), set(op.attrs["axes"])
         self.kept, self.red, self.out_strides = split_dims(shape, axes, strides,
                                                           _result_strides(shape, axes, op.attrs.get("order")))
@@ -114,14 +115,15 @@ class _Plan:
         return dst
 
 
-def _unit_vec_choices(plan: _Plan, target) -> list[int]:
-    """Lane placements of a unit reduction's load: 4 consecutive elements per lane (16-byte
-    loads) where the one reduced dimension is contiguous and a multiple of 4 x lanes long, first
+def _unit_vec_choices(plan: _Plan, target, outs: int) -> list[int]:
+    """Lane placements of a unit reduction's load (`lane_widths`: 16-byte loads) where the one
+    reduced dimension is contiguous, splits into whole vectors and the unit's `outs` rows give
+    every lane whole vectors (two rows of 128 halves: each row summed over 16 lanes), first
     where the target issues such loads; else one element per lane."""
-    vec = 8 if itemsize(plan.x.dtype) == 2 else 4  # fp16/bf16: eight per 16-byte load
-    if len(plan.red) != 1 or plan.red[0][1] != 1 or plan.red[0][0] % (vec * target.lanes_per_unit):
-        return [1]
-    return [vec, 1] if target.timing.widest_access_bytes >= 16 else [1]
+    (size, stride), *more = plan.red
+    fit = [v for v in plan.widths if not more and stride == 1 and size % v == 0
+           and outs * size % (v * target.lanes_per_unit) == 0]
+    return fit + [1] if target.timing.widest_access_bytes >= 16 else [1]
 
 
 def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int = 1):
@@ -155,11 +157,9 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int
 def _block_vec_choices(plan: _Plan, target, workers: int) -> list[int]:
     """Lane placements of a block reduction's load, as `_unit_vec_choices`: 16-byte loads where
     the reduced dimension is contiguous and splits into whole vec x lanes chunks per unit."""
-    vec = 8 if itemsize(plan.x.dtype) == 2 else 4
     (size, stride), = plan.red
-    if stride != 1 or size % (workers * vec * target.lanes_per_unit):
-        return [1]
-    return [vec, 1] if target.timing.widest_access_bytes >= 16 else [1]
+    fit = [v for v in plan.widths if stride == 1 and size % (workers * v * target.lanes_per_unit) == 0]
+    return fit + [1] if target.timing.widest_access_bytes >= 16 else [1]
 
 
 def _block(plan: _Plan, upb: int, phases: int, vec: int = 1):
@@ -226,7 +226,7 @@ def generate(op, tensors, target, rejected, view=None):
             builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb},
                            lambda o=lanes * ept, u=upb: _per_unit_outputs(plan, "lane", o, u)))
         for outs in (1, 2, 4):
-            for vec in _unit_vec_choices(plan, target):
+            for vec in _unit_vec_choices(plan, target, outs):
                 builds.append(("unit", {"outputs_per_unit": outs, "units_per_block": upb} | ({"vec": vec} if vec > 1 else {}),
                                lambda o=outs, u=upb, v=vec: _per_unit_outputs(plan, "unit", o, u, v)))
     for upb in block_sizes(target, 16):
@@ -238,6 +238,7 @@ def generate(op, tensors, target, rejected, view=None):
                            lambda o=outs, u=upb: _per_unit_outputs(plan.rows_of(row), "unit", o, u)))
     if len(plan.red) == 1 and plan.group >= 2 * lanes:
         big = [u for u in block_sizes(target, 16) if u > 1] or [1]
+        big += [u for u in exact_blocks(plan.red[0][0], target) if u not in big]
         for upb in (u for u in big if u > 1):
             for vec in _block_vec_choices(plan, target, upb):
                 builds.append(("block", {"units_per_block": upb} | ({"vec": vec} if vec > 1 else {}),
