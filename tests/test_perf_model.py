@@ -297,3 +297,26 @@ def test_a_broadcast_element_is_no_cpu_reread():
         graph = optimize(row.graph)[0]
         rereads, _ = _cache_rereads(graph, dram_footprint_by_buffer(graph))
         assert (rereads > 0) == counted, target.name
+
+
+def test_a_cpu_unit_gathering_its_elements_costs_an_instruction_per_element():
+    """A Move whose offsets are not one run of consecutive addresses (a plane apart: a lowered
+    1x1 conv's channels) is a gather on a CPU, an element an instruction; the same Move over
+    consecutive addresses is a vector load per SIMD width. A stride-0 axis is a repeat, not a
+    gather."""
+    from gir.fusion.perf import _gathered, _program
+    from gir.ir import DRAM, REGISTER, GIRGraph, Move, ParallelPrimitive, Slice
+    cpu = get_target("cpu")
+
+    def unit_instructions(strides):
+        g = GIRGraph("g", ParallelPrimitive((4,), 1), cpu)
+        g.buffer("x", DRAM, 4096, "float32", "input")
+        g.buffer("r", REGISTER, 128, "float32")
+        g.add(Move(src=Slice("x", 0, (4, 32), strides), dst=Slice("r", 0, (4, 32), (32, 1))))
+        return _program(g).instructions
+
+    assert not _gathered(Slice("x", 0, (4, 32), (32, 1))) and not _gathered(Slice("x", 0, (4, 32), (0, 1)))
+    assert _gathered(Slice("x", 0, (4, 32), (1, 16))) and _gathered(Slice("x", 0, (4, 32), (64, 1)))
+    contiguous, gathered = unit_instructions((32, 1)), unit_instructions((1, 16))
+    lanes = cpu.lanes_per_unit
+    assert gathered - contiguous == pytest.approx((128 - 128 / lanes) * 2)  # (1 + ADDRESS) per access
