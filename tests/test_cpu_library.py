@@ -243,19 +243,36 @@ def test_a_session_read_back_keeps_its_conv_layouts(tmp_path, monkeypatch):
     assert again.cached and first.engine.layouts and again.engine.layouts == first.engine.layouts
 
 
-@pytest.mark.parametrize("given, want", [({}, "1000"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
+@pytest.mark.parametrize("given, want", [({}, "window"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None),
                                          ({"GOMP_SPINCOUNT": "5"}, "5")])
 def test_openmp_threads_spin_briefly_unless_the_caller_chose(given, want):
-    """Loading the CPU backend sets GOMP_SPINCOUNT=1000 before libgomp reads it, only where the
-    caller set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT (gir/backends/cpu/compiler.py)."""
+    """Loading the CPU backend sets GOMP_SPINCOUNT, before libgomp reads it and before the
+    engine loads oneDNN or a kernel library, to a spin of SPIN_WINDOW_S on this CPU, only where
+    the caller set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT (gir/backends/cpu/spin.py)."""
     import os
     import subprocess
     import sys
+    from gir.backends.cpu import spin
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")} | given
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = "import os, gir.backends.cpu.compiler; print(os.environ.get('GOMP_SPINCOUNT'))"
+    code = ("import os, gir.backends.cpu.compiler; print(os.environ.get('GOMP_SPINCOUNT')); "
+            "print('libgomp' in open('/proc/self/maps').read())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == str(want)
+    count, gomp_loaded = out.split()
+    assert gomp_loaded == "False"
+    if want == "window":
+        pause = spin.pause_seconds()
+        assert pause and 0.5 < int(count) * pause / spin.SPIN_WINDOW_S < 2  # the window within timing noise
+    else:
+        assert count == str(want)
+
+
+def test_the_spin_count_follows_the_window_and_falls_back_without_a_timer(monkeypatch):
+    from gir.backends.cpu import spin
+    monkeypatch.setattr(spin, "pause_seconds", lambda: 10e-9)
+    assert spin.spin_count(20e-6) == 2000 and spin.spin_count(40e-6) == 4000
+    monkeypatch.setattr(spin, "pause_seconds", lambda: None)
+    assert spin.spin_count() == spin.FALLBACK_SPINS
 
 
 def _conv_chain(tail_readers: str):

@@ -4,6 +4,7 @@ CLI and gir.Session find it by (gir/backends/registry.py)."""
 import importlib
 
 from ..registry import Backend, Compiler, Engine, TargetEntry, register
+from . import spin
 from .compiler import compile, run, toolchain_version
 from .emitter import CpuEmitter as Emitter
 from .target import local_cpu as describe
@@ -28,5 +29,6 @@ register(Backend(
                  "calibration": "measured constants of this CPU (`gir calibrate`), by CPU model and flags"},
     calibration=lambda: importlib.import_module(f"{__name__}.calibration"),
 ))
+spin.set_spin_window()  # libgomp's wait, in time for this CPU: before anything loads it
 
 __all__ = ["Emitter", "compile", "describe", "run"]

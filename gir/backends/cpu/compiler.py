@@ -36,16 +36,13 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-mno-red-zone", "-fopenmp",
 # library ops), which spins too, the two pools then steal the cores from each other (ViT-B/16
 # on 2 cores: 6.8 s a run spinning, 0.45 s passive), and with another process on a core a
 # spinning thread takes the core from the one doing the work (GPT-2 decode 6x slower at 30k
-# spins). Fully passive, every region pays a futex wake-up (~38 us here). 1000 spins (tens of
-# us) catch the next region of a run's back-to-back kernels and then sleep: in one session on 2
-# cores, default threads, passive -> 1000 spins, idle: EfficientNet-B0 17.0-18.9 -> 14.6 ms,
-# ShuffleNet-v2 5.0-6.0 -> 5.0-5.2, GPT-2 decode 20.3-21.0 -> 18.2-19.5, BERT, ViT, RedNet and
-# SAR-DRN within noise; numpy-fallback ViT 252 -> 271 ms (results/omp_wait.md). With a
-# pure-Python loop on one core the slowest relative to idle is ShuffleNet-v2: 2.00-2.51x in
-# four processes (passive: about 1.0x, slower idle); see results/bench_cpu.md runs 5-7.
-# A setting of the caller's wins.
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "1000"
+# spins). Fully passive, every region pays a futex wake-up (~38 us here). A short spin catches
+# the next region of a run's back-to-back kernels and then sleeps: 1000 spins on the AMD guest
+# where this was measured (passive -> 1000 spins, default threads, idle: EfficientNet-B0
+# 17.0-18.9 -> 14.6 ms, ShuffleNet-v2 5.0-6.0 -> 5.0-5.2, GPT-2 decode 20.3-21.0 -> 18.2-19.5;
+# results/omp_wait.md), which is about 20 us there; `spin.set_spin_window` (called when the
+# package registers the backend, before anything loads libgomp) sets that window in time for
+# the CPU it runs on. A setting of the caller's wins.
 
 
 @lru_cache(maxsize=None)
@@ -98,3 +95,4 @@ def run(graph, feeds: dict, edit: Callable[[str], str] | None = None) -> dict:
     for name, a in arrays.items():
         a.view(np.uint8)[:] = raws[name][GUARD:GUARD + a.nbytes]
     return collect_outputs(graph, arrays)
+
