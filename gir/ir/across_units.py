@@ -156,7 +156,10 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     lanes empty; 8 channels 39 -> 79), where one block gains too: RedNet-50's 7x7 involution
     over a group of 16 channels of 56x56 5085 -> 523 us (49 weight planes streamed per row in
     the row form), 16x112x112 3x3 max pool stride 2 96 -> 78, 3x3 conv + SiLU stride 2 114 ->
-    75, stride 1 228 -> 219. Taken where: rows are
+    75, stride 1 228 -> 219. On long rows a kernel must also read planes that move with the
+    channel: SAR-DRN's 1 -> 64 channel 3x3 conv over 256x256 reads one input plane every
+    channel shares, and staging only its output cost 32.6 ms against 3.2 in the row form (one thread).
+    Taken where: rows are
     strided or masked (a window), the grid has an axis before the plane's two with
     at least half a block of channels, every DRAM buffer whose address moves with the channel
     is read or written only by Moves and in one layout (staged: a block's lanes past the last
@@ -181,6 +184,10 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     written = {s.buffer for _, s, w in slices if w}
     if not written <= staged or reads_what_it_writes(ops, buffers):
         return None
+    if grid[-1] >= SHORT_ROW and not any(
+            not w and s.buffer in staged and any(step_along(prim, s, a) for a in range(axis + 1, len(grid)))
+            for _, s, w in slices):
+        return None  # a long row whose planes read only what every channel shares (a conv from one input channel)
     blocks = {f"b{i}" for i in range(len(grid))}
     rests, row_steps = {}, {}
     for op, s, is_write in slices:
