@@ -184,7 +184,8 @@ def _gathered(s) -> bool:
     axes its offsets are not one run of consecutive addresses, so the compiler gathers
     (AVX-512 vgatherdps, about an element a cycle) where a contiguous slice is one vector load
     per SIMD width. A stride-2 1x1 conv's unit reading 4 positions x 32 channels a plane
-    apart: 8.7 us measured where the model, counting vectors, said 4.1."""
+    apart (ResNet-50 exported, batch 2 at 64x64): 8.6 us measured where the model, counting
+    vectors, said 3.4."""
     dims = [(n, st) for n, st in zip(s.shape, s.strides) if n > 1 and st != 0]
     expected = 1
     for n, st in reversed(dims):
