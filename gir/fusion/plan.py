@@ -22,7 +22,7 @@ from gir.ir import GIRGraph
 from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
-from gir.ir.vector_access import wide_share
+from gir.ir.vector_access import wide_shares
 from gir.backends.registry import lowering_check
 from gir.rewrite import Step, optimize
 from gir.templates import shape_only
@@ -470,7 +470,7 @@ def _narrowness(graph) -> tuple[float, float]:
     """Sort key, wider first: the share of DRAM bytes moved 16 bytes at a time, then by any
     vector access (a fp16 LayerNorm row split over three units of eight halves a lane before
     six units of four)."""
-    return -round(wide_share(graph, 16), 3), -round(wide_share(graph), 3)
+    return tuple(-round(share, 3) for share in wide_shares(graph, (16, 0)))
 
 
 def _fills_machine(graph) -> bool:

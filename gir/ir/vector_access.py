@@ -89,19 +89,27 @@ def unit_dram_bytes(op, buffers: dict) -> int:
     return len(np.unique(dram.pattern)) * itemsize(buffers[dram.buffer].dtype)
 
 
-def wide_share(graph, at_least: int = 0) -> float:
-    """Share of the DRAM bytes a graph's Moves move that vector accesses move (0..1): per Move,
-    the distinct DRAM elements one unit touches, so a broadcast operand (a per-channel scale
-    read by every lane of a unit from one address) counts once per unit, not once per lane.
-    `at_least`: count only accesses of that many bytes or more (16: the 128-bit share)."""
+def wide_shares(graph, at_least: tuple[int, ...]) -> tuple[float, ...]:
+    """Per threshold in `at_least`, the share of the DRAM bytes a graph's Moves move that
+    vector accesses of that many bytes or more move (0..1), in one pass over the Moves: per
+    Move, the distinct DRAM elements one unit touches, so a broadcast operand (a per-channel
+    scale read by every lane of a unit from one address) counts once per unit, not once per
+    lane. 0 counts any vector access; 16 gives the 128-bit share."""
     buffers = graph.buffers
-    total = wide = 0
+    total, wide = 0, [0] * len(at_least)
     for _, op in graph.ops():
         if not isinstance(op, Move) or DRAM not in (buffers[op.src.buffer].level, buffers[op.dst.buffer].level):
             continue
         nbytes = unit_dram_bytes(op, buffers)
         total += nbytes
         width = vector_width(op, buffers)
-        if width > 1 and width * itemsize(buffers[op.dst.buffer].dtype) >= at_least:
-            wide += nbytes
-    return wide / total if total else 0.0
+        if width > 1:
+            access = width * itemsize(buffers[op.dst.buffer].dtype)
+            for i, bound in enumerate(at_least):
+                wide[i] += nbytes if access >= bound else 0
+    return tuple(w / total if total else 0.0 for w in wide)
+
+
+def wide_share(graph, at_least: int = 0) -> float:
+    """`wide_shares` for one threshold (0: any vector access)."""
+    return wide_shares(graph, (at_least,))[0]

@@ -201,14 +201,15 @@ def lane_widths(tensors: dict[str, Tensor], names, target: Target) -> list[int]:
     half LayerNorm's casts would otherwise hold its fp16 loads and stores to 8 bytes."""
     sizes = {itemsize(tensors[n].dtype) for n in names}
     widths = {16 // max(sizes), 16 // min(sizes)}
-    if target.timing.widest_access_bytes >= 16 and any(t.dtype in HALF_FLOATS for t in tensors.values()):
+    wide = target.timing.widest_access_bytes >= 16
+    if 8 not in widths and wide and any(t.dtype in HALF_FLOATS for t in tensors.values()):  # scanned only then
         widths.add(8)
     return sorted((w for w in widths if w in (2, 4, 8)), reverse=True)
 
 
 def exact_blocks(row: int, target: Target) -> list[int]:
-    """Units per block that split a row into one 16-byte vector per lane each (four fp32 or
-    eight fp16 elements a lane), where that count is not a power of two: a row of 768 halves
+    """Units per block that split a row into four or eight elements a lane each (one 16-byte
+    vector of fp32 or of fp16), where that count is not a power of two: a row of 768 halves
     over three units of 256 (a LayerNorm in fp16), which the power-of-two block sizes split
     only into partial vectors."""
     if target.timing.widest_access_bytes < 16:

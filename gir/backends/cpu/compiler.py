@@ -95,4 +95,3 @@ def run(graph, feeds: dict, edit: Callable[[str], str] | None = None) -> dict:
     for name, a in arrays.items():
         a.view(np.uint8)[:] = raws[name][GUARD:GUARD + a.nbytes]
     return collect_outputs(graph, arrays)
-
