@@ -24,9 +24,8 @@ from gir.frontend.basic import BasicOp
 from gir.frontend.errors import one_line
 from gir.fusion.plan import plan
 from gir.ir.dtypes import itemsize
-from gir.ir.gops import Move
-from gir.ir.target import DRAM, get_target
-from gir.ir.vector_access import unit_dram_bytes, vector_width
+from gir.ir.target import get_target
+from gir.ir.vector_access import access_census
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -36,48 +35,54 @@ def measure(name: str, dtype: str, tiny: bool, target_name: str, limit: int) -> 
     start = time.perf_counter()
     p = plan(graph, get_target(target_name), limit=limit)
     planned = time.perf_counter() - start
-    access = wide = 0
-    for k in p.kernels:
-        for _, op in k.graph.ops():
-            bufs = k.graph.buffers
-            if isinstance(op, Move) and DRAM in (bufs[op.src.buffer].level, bufs[op.dst.buffer].level):
-                n = unit_dram_bytes(op, bufs) * k.graph.prim.num_units
-                access += n
-                if vector_width(op, bufs) * itemsize(bufs[op.dst.buffer].dtype) >= 16:
-                    wide += n
+    census = [access_census(k.graph) for k in p.kernels]
+    access, wide, allowed = (sum(c[key] for c in census) for key in ("total", "wide", "allowed"))
+    narrow: dict[str, int] = {}
+    for c in census:
+        for why, n in c["narrow"].items():
+            narrow[why] = narrow.get(why, 0) + n
     library = [s for s in p.steps if isinstance(s, BasicOp)]
     t = p.graph.tensors  # the plan's graph: an absorbed bias is a new constant there
     library_bytes = sum(t[x].size * itemsize(t[x].dtype) for s in library for x in [*s.inputs, *s.outputs])
     return {"model": name, "dtype": dtype, "library_ops": len(library),
             "library_kinds": sorted({s.kind for s in library}), "kernels": len(p.kernels),
             "gir_dram_bytes": sum(k.estimate.dram_bytes for k in p.kernels), "library_bytes": library_bytes,
-            "access_bytes": access, "wide_share": wide / access if access else 0.0, "plan_s": planned}
+            "access_bytes": access, "wide_share": wide / access if access else 0.0,
+            "allowed_bytes": allowed, "wide_share_allowed": wide / allowed if allowed else 0.0,
+            "narrow_mb_by_reason": {k: round(v / 1e6, 2) for k, v in sorted(narrow.items(), key=lambda kv: -kv[1])},
+            "plan_s": planned}
 
 
 def table(rows: list[dict], tiny: bool, target: str, limit: int) -> str:
     base = {r["model"]: r for r in rows if r["dtype"] == "fp32" and "error" not in r}
     lines = [f"# Zoo plans for {target} in fp32, fp16 and bf16 ({'tiny' if tiny else 'full size'})", "",
              "| model | dtype | library ops | GIR kernels | GIR DRAM MB | vs fp32 | library op MB | vs fp32 | "
-             "DRAM access MB | 128-bit share | plan s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "DRAM access MB | 128-bit share | where the extent allows | plan s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['dtype']} | failed: {r['error']} | | | | | | | | |")
+            lines.append(f"| {r['model']} | {r['dtype']} | failed: {r['error']} | | | | | | | | | |")
             continue
         b = base.get(r["model"])
         ratio = lambda key: f"{r[key] / b[key]:.2f}" if b and b[key] else "-"  # noqa: E731
         lines.append(f"| {r['model']} | {r['dtype']} | {r['library_ops']} | {r['kernels']} | "
                      f"{r['gir_dram_bytes'] / 1e6:.2f} | {ratio('gir_dram_bytes')} | {r['library_bytes'] / 1e6:.2f} | "
-                     f"{ratio('library_bytes')} | {r['access_bytes'] / 1e6:.1f} | {r['wide_share']:.0%} | {r['plan_s']:.1f} |")
+                     f"{ratio('library_bytes')} | {r['access_bytes'] / 1e6:.1f} | {r['wide_share']:.0%} | "
+                     f"{r['wide_share_allowed']:.0%} of {r['allowed_bytes'] / 1e6:.1f} MB | {r['plan_s']:.1f} |")
     lines += ["", f"gir.fusion.plan.plan(graph, {target}, limit={limit}). GIR DRAM MB: the kernels' modelled DRAM "
               "footprint (sum of kernel estimates' dram_bytes); library op MB: operands and results of the ops the "
               "partition leaves to the library (cuBLASLt), each counted once per op; DRAM access MB: bytes the "
               "kernels' DRAM Moves move, each unit's distinct elements once (a per-channel operand every lane "
               "reads counts one element per unit; re-reads by several units counted); 128-bit share: of those, "
               "the bytes moved by 16-byte "
-              "vector accesses (gir/ir/vector_access.py). Static figures, no GPU. "
+              "vector accesses (gir/ir/vector_access.py); where the extent allows: the same share leaving out "
+              "tensors whose innermost dimension is not a whole number of 16-byte vectors (`extent_allows`). "
+              "Static figures, no GPU. "
               f"{platform.machine()}, {os.cpu_count()} cores (shared), {date.today().isoformat()}.", ""]
-    return "\n".join(lines)
+    lines += ["## Bytes not moved 16 bytes at a time, by reason (MB)", ""]
+    lines += [f"- {r['model']} {r['dtype']}: " + (", ".join(f"{k} {v}" for k, v in r["narrow_mb_by_reason"].items()) or "none")
+              for r in rows if "error" not in r]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:

@@ -320,3 +320,30 @@ def test_a_cpu_unit_gathering_its_elements_costs_an_instruction_per_element():
     contiguous, gathered = unit_instructions((32, 1)), unit_instructions((1, 16))
     lanes = cpu.lanes_per_unit
     assert gathered - contiguous == pytest.approx((128 - 128 / lanes) * 2)  # (1 + ADDRESS) per access
+
+
+def test_partly_used_sectors_cost_cache_traffic_on_a_gpu():
+    """A warp reading a column (32 rows, one float each: a scalar transpose's read) touches 32
+    sectors of 32 bytes for 128 bytes it uses; reading a row 16 bytes a lane fills every sector
+    it touches. The model charges the difference through the cache (`_unit_sector_waste`)."""
+    from gir.fusion.perf import _unit_sector_waste
+    from gir.ir import Slice
+    column = Slice("x", 0, (32, 1), (768, 1))
+    assert _unit_sector_waste(column, 1, 1, 32, 4, 32) == 32 * 32 - 32 * 4
+    row = Slice("x", 0, (1, 128), (768, 1))
+    assert _unit_sector_waste(row, 4, 4, 32, 4, 32) == 0
+    assert _unit_sector_waste(row, 1, 1, 32, 4, 32) == 0  # scalar but coalesced: 128 bytes, 4 sectors
+    assert get_target("cpu").timing.sector_bytes == 0  # the CPU's caches move lines its prefetchers fill
+
+
+def test_a_transposing_copy_ranks_the_shared_tile_first_on_a_gpu():
+    """BERT-fp16's K^T copy: the plain copy reads a column per warp (a sector a lane); the tile
+    form reads and writes rows 16 bytes a lane. Same DRAM bytes; the model ranks the tile
+    first once partly used sectors count."""
+    from onnx import numpy_helper
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1])],
+                          "kt", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 128, 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 12, 64, 128])],
+                          [numpy_helper.from_array(np.array([1, 128, 12, 64], np.int64), "s")])
+    (k,) = plan(load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)), H100).kernels
+    assert ":tile" in k.graph.name and wide_share(k.graph, 16) == 1.0

@@ -213,3 +213,152 @@ def test_a_cast_from_half_places_eight_elements_a_lane(target, dialect, emitter)
     assert loads and src.count("*(float4*)") == 2 * loads
     feeds = {"a": np.random.default_rng(7).standard_normal(shape).astype(np.float16)}
     np.testing.assert_array_equal(run_on_cpu_harness(graph, feeds, dialect)["y"], run(graph, feeds).outputs["y"])
+
+
+def _head_transpose(shape, perm, dtype):
+    """x (B, S, H*D) reshaped to (B, S, H, D) and transposed by `perm`: a view the planner
+    writes out in a copy kernel (BERT's q/k/v and context transposes)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from gir.frontend import load as load_model
+    b, s, h, d = shape
+    elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}[dtype]
+    out = tuple(shape[p] for p in perm)
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Transpose", ["r"], ["y"], perm=list(perm))],
+                          "heads", [helper.make_tensor_value_info("x", elem, [b, s, h * d])],
+                          [helper.make_tensor_value_info("y", elem, list(out))],
+                          [numpy_helper.from_array(np.array(shape, np.int64), "s")])
+    return load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+
+
+@pytest.mark.parametrize("target,dialect", [("h100", "cuda"), ("mi250x", "hip")])
+@pytest.mark.parametrize("shape,dtype,vec", [((2, 12, 4, 64), "float32", 4), ((1, 10, 3, 64), "float16", 8),
+                                             ((2, 32, 4, 12), "float32", 4)])
+def test_head_transpose_copies_move_whole_rows_16_bytes_at_a_time(target, dialect, shape, dtype, vec):
+    """A transposed view whose innermost dimension stays contiguous on both sides (each head's
+    row of D elements) is copied with 16-byte loads and stores: the planner's copy kernel, and
+    every such candidate, against the interpreter on the CPU harness. D = 12 still splits into
+    whole vectors of four floats."""
+    from gir.fusion.plan import plan
+    graph = _head_transpose(shape, (0, 2, 1, 3), dtype)
+    p = plan(graph, get_target(target))
+    (k,) = p.kernels
+    assert k.name.startswith("copy:") and wide_share(k.graph, 16) == 1.0
+    x = np.random.default_rng(7).standard_normal((shape[0], shape[1], shape[2] * shape[3])).astype(dtype)
+    want = x.reshape(shape).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(run(k.graph, {"x": x}).outputs["y"].reshape(want.shape), want)
+    np.testing.assert_array_equal(run_on_cpu_harness(k.graph, {"x": x}, dialect)["y"].reshape(want.shape), want)
+    moves = [o for _, o in k.graph.ops() if isinstance(o, Move)]
+    assert {vector_width(o, k.graph.buffers) for o in moves} == {vec}
+
+
+def test_a_transpose_of_rows_that_do_not_split_into_vectors_stays_scalar():
+    """D = 6 floats: a row is not a whole number of 16-byte vectors, so no candidate offers
+    four a lane and the copy stays scalar (correct, narrow)."""
+    from gir.fusion.plan import plan
+    graph = _head_transpose((1, 8, 4, 6), (0, 2, 1, 3), "float32")
+    (k,) = plan(graph, get_target("h100")).kernels
+    assert wide_share(k.graph, 16) == 0.0
+    x = np.random.default_rng(8).standard_normal((1, 8, 24)).astype(np.float32)
+    want = x.reshape(1, 8, 4, 6).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(run_on_cpu_harness(k.graph, {"x": x}, "cuda")["y"].reshape(want.shape), want)
+
+
+def test_a_head_merge_copy_is_wide_and_fills_the_machine():
+    """ViT's context merge, (1, 12, 197, 64) -> (1, 197, 768): many structures tie (the copy is
+    launch-bound); the plan takes one that is 16 bytes a lane, 128 threads or more a block
+    and two blocks or more per SM (the shortlist breaks near-ties like the final ranking:
+    wider accesses, then the launch's shortfalls, `plan._launch_shortfalls`)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from gir.frontend import load as load_model
+    from gir.fusion.plan import _launch_shortfalls, plan
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["r"], perm=[0, 2, 1, 3]),
+                           helper.make_node("Reshape", ["r", "s"], ["y"])], "merge",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 197, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 197, 768])],
+                          [numpy_helper.from_array(np.array([1, 197, 768], np.int64), "s")])
+    target = get_target("h100")
+    (k,) = plan(load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)), target).kernels
+    assert wide_share(k.graph, 16) == 1.0 and _launch_shortfalls(k.graph) == 0
+    assert k.graph.prim.units_per_block * target.lanes_per_unit >= 128 and k.graph.prim.num_blocks >= 2 * target.processors
+    x = np.random.default_rng(9).standard_normal((1, 12, 197, 64)).astype(np.float32)
+    np.testing.assert_array_equal(run_on_cpu_harness(k.graph, {"x": x}, "cuda")["y"].reshape(1, 197, 768),
+                                  x.transpose(0, 2, 1, 3).reshape(1, 197, 768))
+
+
+def test_launch_shortfalls_say_nothing_on_the_cpu():
+    """The CPU's blocks are one unit of SIMD lanes: every candidate would fall short alike, so
+    the tie-break leaves CPU plans to the other keys."""
+    from gir.fusion.plan import _launch_shortfalls
+    _, _, cands = _candidates((4, 512), "cpu")
+    assert cands and all(_launch_shortfalls(c.graph) == 0 for c in cands)
+    _, _, gpu = _candidates((4, 512), "h100")
+    assert {_launch_shortfalls(c.graph) for c in gpu} >= {1}  # 2048 elements: never 264 blocks
+
+
+def test_rows_that_start_misaligned_are_counted_apart():
+    """The static reports' "where the extent allows": a max over rows of 197 floats (ViT's
+    softmax) cannot read 16 bytes at a time (rows start at every 4-byte offset), so its bytes
+    are counted apart; an elementwise op over (8, 49) read as one flat run of 392 floats is
+    allowed and moves 16 bytes at a time."""
+    from gir.frontend.basic import BasicOp
+    from gir.ir.vector_access import access_census, extent_allows
+    ts = {"x": tt.T("x", (24, 197)), "y": tt.T("y", (24,))}
+    op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "max", "axes": (1,), "keepdims": False}, "r")
+    graphs = [optimize(c.graph)[0] for c in candidates(op, ts, get_target("h100")).candidates]
+    loads = {id(g): [o for _, o in g.ops() if isinstance(o, Move) and o.src.buffer == "x"] for g in graphs}
+    # a unit that takes one row (a block of 32 rows is 6304 floats: whole aligned vectors, allowed)
+    graph = next(g for g in graphs if all(o.src.size % 4 for o in loads[id(g)]))
+    census = access_census(graph)
+    assert not any(extent_allows(o, graph.buffers) for o in loads[id(graph)])
+    assert census["narrow"]["innermost extent not whole 16-byte vectors"] == 24 * 197 * 4
+    assert census["allowed"] == census["total"] - 24 * 197 * 4
+    _, _, flat = _candidates((8, 49), "h100")
+    wide = [c for c in flat if wide_share(c.graph, 16) == 1.0]
+    assert wide
+    census = access_census(wide[0].graph)
+    assert census["wide"] == census["allowed"] == census["total"] > 0
+
+
+@pytest.mark.parametrize("target,dialect", [("h100", "cuda"), ("mi250x", "hip")])
+@pytest.mark.parametrize("shape,dtype", [((1, 128, 12, 64), "float32"), ((1, 100, 3, 36), "float32"),
+                                         ((1, 128, 12, 64), "float16"), ((1, 72, 3, 40), "float16")])
+def test_a_true_transpose_goes_16_bytes_wide_through_a_shared_tile(target, dialect, shape, dtype):
+    """K^T, (B, S, H*D) -> (B, H, D, S): the inner dimensions differ, so a plain copy reads a
+    column (a sector per lane, which the time model charges: `perf._unit_sector_waste`). The
+    copy's tile candidates (`layout.wide_tiles`) load 16 bytes along D into registers, stage
+    them in a shared tile and store 16 bytes along S; ragged tiles (S = 100, 72; D = 36, 40)
+    are masked on whole vectors. Every tile candidate, rewritten, against numpy through the
+    interpreter and the CPU harness; at full BERT size the planner takes one."""
+    from gir.fusion.compose import compose, copy_candidates
+    from gir.fusion.plan import plan
+    graph = _head_transpose(shape, (0, 2, 3, 1), dtype)
+    (cands,) = copy_candidates(graph, compose(graph, graph.ops), get_target(target), [])
+    tiles = [c for c in cands if c.structure == "tile"]
+    assert tiles
+    b, s, h, d = shape
+    x = np.random.default_rng(10).standard_normal((b, s, h * d)).astype(dtype)
+    want = x.reshape(shape).transpose(0, 2, 3, 1)
+    for c in tiles:
+        g = optimize(c.graph)[0]
+        assert wide_share(g, 16) == 1.0
+        np.testing.assert_array_equal(run(g, {"x": x}).outputs["y"].reshape(want.shape), want)
+        np.testing.assert_array_equal(run_on_cpu_harness(g, {"x": x}, dialect)["y"].reshape(want.shape), want)
+    if h == 12:  # BERT's size; small copies are launch-bound ties either way
+        (k,) = plan(graph, get_target(target)).kernels
+        assert ":tile" in k.graph.name and wide_share(k.graph, 16) == 1.0
+
+
+def test_the_tile_transpose_compiles_with_128_bit_accesses():
+    """NVRTC's PTX for the fp16 K^T tile has 128-bit global loads and stores; hiprtc builds it
+    for gfx90a."""
+    from gir.backends.cuda.compiler import compile_cuda
+    from gir.backends.hip.compiler import compile_hip
+    from gir.fusion.plan import plan
+    graph = _head_transpose((1, 128, 12, 64), (0, 2, 3, 1), "float16")
+    (k,) = plan(graph, get_target("h100")).kernels
+    ptx = compile_cuda(_source(k.graph, CudaEmitter), "sm_90").ptx
+    assert re.search(r"ld\.global(\.nc)?\.v4\.u32", ptx) and re.search(r"st\.global\.v4\.u32", ptx)
+    (k,) = plan(graph, get_target("mi250x")).kernels
+    assert compile_hip(_source(k.graph, HipEmitter), "gfx90a").code

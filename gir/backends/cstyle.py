@@ -830,13 +830,11 @@ class CStyle:
         for first in starts:
             valid = first < n
             ks = [np.where(valid, first + v, 0) for v in range(vec)]
-            addr = [dram.pattern[e] for e in ks]
             regs = [reg.offset.const + reg.pattern[e] for e in ks]
             slot0 = lay.slot[regs[0]][valid]
             if ((lay.owner[regs[0]][valid] != lanes[valid]).any() or (slot0 != slot0[0]).any()
                     or any((lay.slot[regs[v]][valid] != slot0[0] + v).any() or (lay.owner[regs[v]][valid] != lanes[valid]).any()
-                           for v in range(vec))
-                    or lane_affine(addr[0], valid) is None):
+                           for v in range(vec))):
                 return None
             groups.append((Idx("", ks[0], valid), int(slot0[0]), None if valid.all() else f"lane < {int(valid.sum())}"))
         out, fields = [], self.VECTOR_FIELDS[:vec]

@@ -17,7 +17,9 @@ from math import prod
 from gir.frontend.basic import BasicGraph, BasicOp, contiguous_strides
 from gir.ir import GIRGraph, Move
 from gir.ir.target import Target
-from gir.templates.common import Box, Candidate, admit, box_choices, coalesce, load
+from gir.templates.common import Box, Candidate, admit, box_choices, coalesce, lane_widths, load
+from gir.templates.layout import wide_tiles
+from gir.templates.pointwise import vec_choices
 
 MOVEMENT = ("layout", "view", "concat")
 
@@ -331,20 +333,30 @@ def copy_candidates(graph: BasicGraph, comp: Composition, target: Target, reject
 def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
     padded, strides = Box.pad(dims, [s for p in pieces for s in (p[3], p[5])])
     label = "+".join(sorted({p[0] for p in pieces}))
+    widths = lane_widths(graph.tensors, [n for p in pieces for n in p[:2]], target)
     cands = []
     for structure, rows, chunk, upb, whole in box_choices(padded, target):
         box = Box.of(padded, structure, rows, chunk, upb, whole)
-        g = GIRGraph(f"copy:{label}:{structure}", box.prim(), target)
-        for name in dict.fromkeys([p[1] for p in pieces]):
-            t = graph.tensors[name]
-            g.buffer(name, "dram", t.shape or (1,), t.dtype, role="const" if t.is_const else "input")
-        for name in dict.fromkeys([p[0] for p in pieces]):
-            t = graph.tensors[name]
-            g.buffer(name, "dram", t.shape or (1,), t.dtype, role="output")
-        for i, (name, source, src_off, _, dst_off, _) in enumerate(pieces):
-            sstr, dstr = strides[2 * i], strides[2 * i + 1]
-            reg = load(g, box.slice(source, src_off, sstr), f"piece{i}", box.size, graph.tensors[source].dtype)
-            g.add(Move(src=reg, dst=box.slice(name, dst_off, dstr)))
-        params = {"rows": rows, "chunk": chunk, "units_per_block": upb} | ({"whole": whole} if whole else {})
-        admit(cands, rejected, label, structure, params, g)
+        # each lane several consecutive elements where every piece runs contiguously on both
+        # sides (BERT's head transposes keep rows of 64 whole: 16-byte accesses, not 4-byte)
+        for vec in vec_choices(chunk, box.size, strides, target, widths):
+            g = GIRGraph(f"copy:{label}:{structure}", box.prim(), target)
+            for name in dict.fromkeys([p[1] for p in pieces]):
+                t = graph.tensors[name]
+                g.buffer(name, "dram", t.shape or (1,), t.dtype, role="const" if t.is_const else "input")
+            for name in dict.fromkeys([p[0] for p in pieces]):
+                t = graph.tensors[name]
+                g.buffer(name, "dram", t.shape or (1,), t.dtype, role="output")
+            for i, (name, source, src_off, _, dst_off, _) in enumerate(pieces):
+                sstr, dstr = strides[2 * i], strides[2 * i + 1]
+                reg = load(g, box.slice(source, src_off, sstr), f"piece{i}", box.size, graph.tensors[source].dtype, vec=vec)
+                g.add(Move(src=reg, dst=box.slice(name, dst_off, dstr), vec=vec))
+            params = {"rows": rows, "chunk": chunk, "units_per_block": upb, "vec": vec} | ({"whole": whole} if whole else {})
+            admit(cands, rejected, label, structure, params, g)
+    if len(pieces) == 1 and len(dims) >= 2:  # a true transpose: both sides wide through a shared tile
+        name, source, src_off, sstr, dst_off, dstr = pieces[0]
+        if sstr[-1] != 1 and 1 in sstr[:-1] and dstr[-1] == 1:
+            for g, params in wide_tiles(f"copy:{label}:tile", source, src_off, name, dst_off, dims, sstr, dstr,
+                                        graph.tensors, target):
+                admit(cands, rejected, label, "tile", params, g)
     return cands

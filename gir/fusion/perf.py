@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import ceil, log2
 
+import numpy as np
+
 from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
 from gir.ir.one_thread import runs_on_one_thread
@@ -234,6 +236,8 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     warm = warm or {"read": 0, "write": 0}
     cold = unique - warm["read"] - warm["write"]
     dram_s = cold / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
+    if program.sector_waste:  # GPU: the unused parts of partly used sectors cross the cache too
+        dram_s += program.sector_waste * prim.num_units / tm.cache_bandwidth
     if warm["read"] or warm["write"]:
         dram_s += (warm["read"] + warm["write"]) / tm.warm_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
@@ -318,6 +322,7 @@ class _Program:
     rounds: int = 0                   # dependent DRAM read round trips per unit
     read_bytes: int = 0               # DRAM bytes one unit reads
     chain: float = 0.0                # dependent steps per unit, when its elements overlap each other
+    sector_waste: int = 0             # bytes one unit's DRAM accesses move in granules they leave unused
 
 
 def _program(graph: GIRGraph, across: bool = False) -> _Program:
@@ -358,6 +363,10 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
                 accesses = ceil(op.dst.size * _distinct_share(op.src))  # an element an instruction
             masked = op.src.is_masked or op.dst.is_masked
             p.instructions += accesses * (1 + ADDRESS + masked)
+            granule = t.timing.sector_bytes
+            if granule and not op.uniform and DRAM in (buffers[op.src.buffer].level, buffers[op.dst.buffer].level):
+                dram = op.src if buffers[op.src.buffer].level == DRAM else op.dst
+                p.sector_waste += _unit_sector_waste(dram, op.vec, width, lanes, itemsize(buffers[dram.buffer].dtype), granule)
             if reads_dram:
                 if used:
                     p.rounds, pending, used = p.rounds + 1, 0, False
@@ -385,6 +394,23 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
         elif isinstance(op, Broadcast):
             p.instructions += per_lane(op, op.dst) / 2
     return p
+
+
+@lru_cache(maxsize=1 << 14)
+def _unit_sector_waste(s, vec: int, width: int, lanes: int, size: int, granule: int) -> int:
+    """Bytes one unit's accesses to DRAM slice `s` move in `granule`-byte sectors beyond those
+    they use: per unit-instruction (a lane's `width` consecutive elements at a time, the lanes
+    side by side), the sectors its addresses touch times the granule, less its distinct bytes.
+    A warp reading a column of 32 rows (a scalar transpose's read, a lowered 1x1 conv reading
+    channels a plane apart) touches 32 sectors for 128 bytes of floats; a row read 16 bytes a
+    lane touches exactly the sectors it fills. Addresses from the slice's constant offset (unit
+    offsets are taken as aligned)."""
+    address = (s.pattern + s.offset.const) * size
+    k = np.arange(address.size)
+    instruction = (k // (vec * lanes)) * max(vec // width, 1) + (k % vec) // width
+    sectors = np.unique(np.stack([instruction, address // granule]), axis=1).shape[1]
+    used = np.unique(np.stack([instruction, address]), axis=1).shape[1] * size
+    return max(0, sectors * granule - used)
 
 
 def _one_lane(graph: GIRGraph):

@@ -82,6 +82,28 @@ def vector_width(op, buffers: dict) -> int:
     return width
 
 
+def extent_allows(op, buffers: dict, access_bytes: int = 16) -> bool:
+    """Whether a DRAM Move's tensor lets `access_bytes`-wide accesses cover what one unit
+    touches: the tensor's innermost dimension is a whole number of vectors (every row starts
+    aligned), or the unit's DRAM elements happen to form whole aligned vectors anyway (a flat
+    run over rows of 49). Where neither holds (ViT's softmax over rows of 197 floats: rows
+    start at every 4-byte offset), no structure gets 16-byte accesses without reading past
+    its rows; the static reports count those bytes apart."""
+    dram = op.src if buffers[op.src.buffer].level == DRAM else op.dst
+    buf = buffers[dram.buffer]
+    per = access_bytes // itemsize(buf.dtype)
+    if per <= 1:
+        return True
+    shape = buf.shape or (1,)
+    if shape[-1] % per == 0:
+        return True
+    touched = np.unique(dram.pattern + dram.offset.const)
+    if touched.size % per:
+        return False
+    blocks, counts = np.unique(touched // per, return_counts=True)
+    return bool((counts == per).all()) and not any(c % per for _, c in dram.offset.terms)
+
+
 def unit_dram_bytes(op, buffers: dict) -> int:
     """Bytes a DRAM <-> register Move moves for one unit: its DRAM slice's distinct elements
     (a broadcast operand read by every lane from one address counts once)."""
@@ -113,3 +135,43 @@ def wide_shares(graph, at_least: tuple[int, ...]) -> tuple[float, ...]:
 def wide_share(graph, at_least: int = 0) -> float:
     """`wide_shares` for one threshold (0: any vector access)."""
     return wide_shares(graph, (at_least,))[0]
+
+
+def narrow_reason(op, buffers: dict) -> str | None:
+    """Why a DRAM Move is not one 16-byte access per lane and run, or None where it is: the
+    static reports' breakdown of the bytes that move narrower."""
+    levels = (buffers[op.src.buffer].level, buffers[op.dst.buffer].level)
+    if vector_width(op, buffers) * itemsize(buffers[op.dst.buffer].dtype) >= 16:
+        return None
+    if levels == (DRAM, DRAM):
+        return "DRAM to DRAM copy"
+    if not extent_allows(op, buffers):
+        return "innermost extent not whole 16-byte vectors"
+    if op.uniform:
+        return "uniform (one value for the whole unit)"
+    if op.src.is_masked or op.dst.is_masked:
+        return "masked (ragged edge)"
+    if op.vec == 1:
+        return "structure places one element per lane"
+    return "not consecutive or not aligned"
+
+
+def access_census(graph) -> dict:
+    """A graph's DRAM access bytes (each unit's distinct elements, `unit_dram_bytes`, times
+    the units): "total", "wide" (16-byte accesses), "allowed" (bytes whose tensor extent admits
+    16-byte accesses, `extent_allows`) and "narrow" (reason -> bytes)."""
+    buffers, units = graph.buffers, graph.prim.num_units
+    out = {"total": 0, "wide": 0, "allowed": 0, "narrow": {}}
+    for _, op in graph.ops():
+        if not isinstance(op, Move) or DRAM not in (buffers[op.src.buffer].level, buffers[op.dst.buffer].level):
+            continue
+        n = unit_dram_bytes(op, buffers) * units
+        out["total"] += n
+        why = narrow_reason(op, buffers)
+        if why is None:
+            out["wide"] += n
+        else:
+            out["narrow"][why] = out["narrow"].get(why, 0) + n
+        if why not in ("innermost extent not whole 16-byte vectors", "DRAM to DRAM copy"):
+            out["allowed"] += n
+    return out

@@ -54,4 +54,62 @@ def _tiled(op, tensors, target, dims, offset, istr, ostr, rejected):
         g.add(Move(src=column, dst=dst))
         params = {"tile": TILE, "units_per_block": upb}
         admit(out, rejected, op.name, "tile", params, g)
+    for g, params in wide_tiles(f"{op.name}:tile", op.inputs[0], offset, op.outputs[0], 0, dims, istr, ostr,
+                                tensors, target):
+        admit(out, rejected, op.name, "tile", params, g)
+    return out
+
+
+def wide_tiles(name, source, src_offset, dest, dst_offset, dims, istr, ostr, tensors, target):
+    """(graph, params) of transposes staged through a shared tile with 16-byte accesses on both
+    DRAM sides: each lane loads `vec` consecutive elements along the input-contiguous dimension p
+    into registers and stores them into a T x (T + 1) tile (T = 8 vec: eight lanes a tile row),
+    and after a barrier loads `vec` consecutive elements along the output-contiguous last
+    dimension j from a tile column and stores them as one vector (BERT-fp16's K^T copy,
+    (128, 12, 64) -> (12, 64, 128)). Empty where the target issues no 16-byte accesses, the
+    dtype has no 16-byte vector, or either contiguous extent is not whole vectors (those keep
+    the scalar tile)."""
+    from gir.ir import GIRGraph, REGISTER
+    from gir.ir.dtypes import itemsize
+    from gir.ir.vector_access import WIDE_DTYPES
+    dtype = tensors[source].dtype
+    k, p, j = len(dims), istr.index(1), len(dims) - 1
+    vec = 16 // itemsize(dtype)
+    if (target.timing.widest_access_bytes < 16 or not target.shared_bytes_per_block or vec not in WIDE_DTYPES.get(dtype, ())
+            or dims[p] % vec or dims[j] % vec or ostr[j] != 1):
+        return []
+    t = 8 * vec  # a tile row: eight lanes of `vec`
+    if t * (t + 1) * itemsize(dtype) > target.shared_bytes_per_block:
+        return []
+    others = [d for d in range(k) if d not in (p, j)]
+    lanes = target.lanes_per_unit
+    out = []
+    for upb in (u for u in (8, 4, 2) if u <= target.max_units_per_block):
+        per = t // upb  # tile rows a unit reads (and columns it writes)
+        if per * t % (vec * lanes):
+            continue
+        grid = (*[dims[d] for d in others], ceil(dims[p] / t), ceil(dims[j] / t))
+        g = GIRGraph(f"{name}:{upb}", ParallelPrimitive(grid, upb), target)
+        for buf, role in ((source, "const" if tensors[source].is_const else "input"), (dest, "output")):
+            g.buffer(buf, "dram", tensors[buf].shape or (1,), tensors[buf].dtype, role=role)
+        bp, bj = block_coord(len(others)), block_coord(len(others) + 1)
+        base_in, base_out = Affine(src_offset), Affine(dst_offset)
+        for c, d in enumerate(others):
+            base_in, base_out = base_in + block_coord(c) * istr[d], base_out + block_coord(c) * ostr[d]
+        g.buffer("%tile", SHARED, t * (t + 1), dtype)
+        g.buffer("%rows", REGISTER, per * t, dtype)
+        g.buffer("%cols", REGISTER, per * t, dtype)
+        in_lim = (dims[j] - t * bj - per * W, dims[p] - t * bp)
+        out_lim = (dims[p] - t * bp - per * W, dims[j] - t * bj)
+        src = Slice(source, base_in + (t * bj + per * W) * istr[j] + t * bp, (per, t), (istr[j], 1), in_lim)
+        rows = Slice("%rows", 0, (per, t), (t, 1))
+        g.add(Move(src=src, dst=rows, fill=0.0, vec=vec))
+        staged = Slice("%tile", per * (t + 1) * W, (per, t), (t + 1, 1))
+        g.add(Move(src=rows, dst=staged, vec=vec))
+        g.add(Sync(scope=BLOCK, slice=staged))
+        cols = Slice("%cols", 0, (per, t), (t, 1))
+        g.add(Move(src=Slice("%tile", per * W, (per, t), (1, t + 1)), dst=cols, vec=vec))
+        dst = Slice(dest, base_out + (t * bp + per * W) * ostr[p] + t * bj, (per, t), (ostr[p], 1), out_lim)
+        g.add(Move(src=cols, dst=dst, vec=vec))
+        out.append((g, {"tile": t, "units_per_block": upb, "vec": vec}))
     return out

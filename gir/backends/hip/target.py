@@ -21,10 +21,12 @@ HIPBLAS_CALLS = {"convs": "im2col"}
 MI100_TIMING = Timing(clock_hz=1.502e9, issue_per_clock=1, alu_latency_cycles=4, dram_latency_s=700e-9,
                       copy_efficiency=0.80, cache_bandwidth=3.0e12, max_blocks_per_processor=32,
                       loads_in_flight_per_lane=8, barrier_s=40e-9,
+                      sector_bytes=64,  # CDNA: 64-byte L2 requests (nominal, not measured here)
                       source="MI100: vendor figures, public microbenchmarks, nominal L2 (gir/backends/hip/target.py)")
 MI250X_TIMING = Timing(clock_hz=1.7e9, issue_per_clock=1, alu_latency_cycles=4, dram_latency_s=700e-9,
                        copy_efficiency=0.82, cache_bandwidth=3.5e12, max_blocks_per_processor=32,
                        loads_in_flight_per_lane=8, barrier_s=40e-9,
+                       sector_bytes=64,  # as MI100
                        source="MI250X GCD: vendor figures, public microbenchmarks, nominal L2 (gir/backends/hip/target.py)")
 
 MI100 = replace(gpu_target("MI100", "hip", "gfx908", "wavefront", 64, 16, 120, 128, 64 * 1024,
