@@ -330,7 +330,7 @@ def test_a_true_transpose_goes_16_bytes_wide_through_a_shared_tile(target, diale
     copy's tile candidates (`layout.wide_tiles`) load 16 bytes along D into registers, stage
     them in a shared tile and store 16 bytes along S; ragged tiles (S = 100, 72; D = 36, 40)
     are masked on whole vectors. Every tile candidate, rewritten, against numpy through the
-    interpreter and the CPU harness; at full BERT size the planner takes one."""
+    interpreter, the first also on the CPU harness; at full BERT size the planner takes one."""
     from gir.fusion.compose import compose, copy_candidates
     from gir.fusion.plan import plan
     graph = _head_transpose(shape, (0, 2, 3, 1), dtype)
@@ -340,11 +340,12 @@ def test_a_true_transpose_goes_16_bytes_wide_through_a_shared_tile(target, diale
     b, s, h, d = shape
     x = np.random.default_rng(10).standard_normal((b, s, h * d)).astype(dtype)
     want = x.reshape(shape).transpose(0, 2, 3, 1)
-    for c in tiles:
+    for i, c in enumerate(tiles):
         g = optimize(c.graph)[0]
         assert wide_share(g, 16) == 1.0
         np.testing.assert_array_equal(run(g, {"x": x}).outputs["y"].reshape(want.shape), want)
-        np.testing.assert_array_equal(run_on_cpu_harness(g, {"x": x}, dialect)["y"].reshape(want.shape), want)
+        if i == 0:  # the harness build costs seconds; the units per block change no emitter path
+            np.testing.assert_array_equal(run_on_cpu_harness(g, {"x": x}, dialect)["y"].reshape(want.shape), want)
     if h == 12:  # BERT's size; small copies are launch-bound ties either way
         (k,) = plan(graph, get_target(target)).kernels
         assert ":tile" in k.graph.name and wide_share(k.graph, 16) == 1.0
