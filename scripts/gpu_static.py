@@ -136,6 +136,8 @@ def main():
     ap.add_argument("--out", help="write OUT.md and OUT.json")
     ap.add_argument("--ptx", nargs="*", default=[], help="models to compile for the first target and count PTX accesses of")
     ap.add_argument("--kernels", nargs="+", metavar="MODEL:PREFIX", help="only these kernels' static facts (first target)")
+    ap.add_argument("--before", metavar="JSON", help="an earlier run's OUT.json (another tree): a before/after table")
+    ap.add_argument("--before-label", default="before", help="what the earlier run was (a commit)")
     ap.add_argument("models", nargs="*", default=sorted(set(models.MODELS) - {"gpt2_b128"}))
     args = ap.parse_args()
     if args.kernels:
@@ -167,7 +169,8 @@ def main():
 def write(rows, copies, ptx, args):
     out = Path(args.out)
     head = (f"Produced by `PYTHONPATH=. python scripts/gpu_static.py --targets {' '.join(args.targets)} --out {args.out}"
-            f"{' --ptx ' + ' '.join(args.ptx) if args.ptx else ''}` on {time.strftime('%Y-%m-%d')} ({platform.machine()}, "
+            f"{' --ptx ' + ' '.join(args.ptx) if args.ptx else ''}"
+            f"{f' --before {args.before} --before-label {args.before_label!r}' if args.before else ''}` on {time.strftime('%Y-%m-%d')} ({platform.machine()}, "
             f"no GPU). Every figure is modelled (gir/fusion/perf.py, constants in gir/ir/target.py) or static "
             f"(from the plan's GIR); none was measured on a GPU.\n")
     lines = [head, "## 64 MB device-to-device copy, as modelled\n", "| target | modelled share of peak | estimate |", "|---|---|---|"]
@@ -196,11 +199,38 @@ def write(rows, copies, ptx, args):
         if r["under_128_threads"] or r["under_2_blocks_per_sm"]:
             lines.append(f"- {r['model']} {r['target']}: under 128 threads: {', '.join(r['under_128_threads']) or 'none'}; "
                          f"under 2 blocks per SM: {', '.join(r['under_2_blocks_per_sm']) or 'none'}")
+    if args.before:
+        lines += _before_after(json.loads(Path(args.before).read_text()), rows, ptx, args.before_label)
     if ptx:
         lines += ["", f"## PTX global accesses ({args.targets[0]}, `gir compile`)\n", "| model | loads | 128-bit loads | stores | 128-bit stores |", "|---|---|---|---|---|"]
         lines += [f"| {m} | {c['loads']} | {c['v4_loads']} | {c['stores']} | {c['v4_stores']} |" for m, c in ptx.items()]
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")
     Path(f"{out}.json").write_text(json.dumps({"rows": rows, "copy": {t: s for t, (s, _) in copies.items()}, "ptx": ptx}, indent=1) + "\n")
+
+
+def _before_after(before: dict, rows: list[dict], ptx: dict, label: str) -> list[str]:
+    """Per model and target, the earlier run's figures -> this run's."""
+    old = {(r["model"], r["target"]): r for r in before["rows"]}
+    arrow = lambda a, b, f: f"{f(a)} -> {f(b)}"  # noqa: E731
+    pct = lambda x: f"{x:.0%}"  # noqa: E731
+    lines = ["", f"## Before ({label}) and after\n",
+             "| model | target | modelled us | 16-byte share | where the extent allows | big kernels under 128 threads | "
+             "under 2 blocks per SM |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b = old.get((r["model"], r["target"]))
+        if b is None:
+            continue
+        lines.append(f"| {r['model']} | {r['target']} | {arrow(b['modelled_us'], r['modelled_us'], lambda x: f'{x:.1f}')} | "
+                     f"{arrow(b['wide_share'], r['wide_share'], pct)} | "
+                     f"{arrow(b.get('wide_share_allowed', 0.0), r['wide_share_allowed'], pct)} | "
+                     f"{len(b['under_128_threads'])} -> {len(r['under_128_threads'])} of {r['kernels_1mb']} | "
+                     f"{len(b['under_2_blocks_per_sm'])} -> {len(r['under_2_blocks_per_sm'])} |")
+    for m, c in ptx.items():
+        if m in before.get("ptx", {}):
+            o = before["ptx"][m]
+            lines.append(f"\nPTX {m}: 128-bit loads {o['v4_loads']} of {o['loads']} -> {c['v4_loads']} of {c['loads']}, "
+                         f"128-bit stores {o['v4_stores']} of {o['stores']} -> {c['v4_stores']} of {c['stores']}.")
+    return lines
 
 
 if __name__ == "__main__":

@@ -363,3 +363,43 @@ def test_the_tile_transpose_compiles_with_128_bit_accesses():
     assert re.search(r"ld\.global(\.nc)?\.v4\.u32", ptx) and re.search(r"st\.global\.v4\.u32", ptx)
     (k,) = plan(graph, get_target("mi250x")).kernels
     assert compile_hip(_source(k.graph, HipEmitter), "gfx90a").code
+
+
+def test_a_megabyte_layernorm_keeps_128_thread_blocks_and_16_byte_accesses():
+    """ViT's LayerNorm, 197 rows of 768 floats (1.2 MB): two units of four floats a lane and
+    six units of four tie in the model; a kernel of a megabyte or more takes blocks of 128
+    threads or more first (`plan._small_big_blocks`), then the wider access."""
+    from onnx import TensorProto, helper, numpy_helper
+    from gir.frontend import load as load_model
+    from gir.fusion.plan import plan
+    rng = np.random.default_rng(11)
+    g = helper.make_graph([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-12)], "ln",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 197, 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 197, 768])],
+                          [numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "g"),
+                           numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "b")])
+    target = get_target("h100")
+    (k,) = plan(load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)), target).kernels
+    assert k.estimate.dram_bytes >= 1 << 20
+    assert k.graph.prim.units_per_block * target.lanes_per_unit >= 128 and wide_share(k.graph, 16) == 1.0
+
+
+def test_a_half_layernorm_under_a_megabyte_keeps_eight_halves_a_lane():
+    """BERT-fp16's LayerNorm (fp16 in and out, fp32 between its casts; 128 rows of 768: 0.4 MB
+    fused): each op alone moves up to 1.2 MB of fp32, but the fused kernel is small, so the
+    megabyte rule (`plan._fused_bytes`) leaves the tie to the wider access: three units of
+    eight halves a lane, every DRAM byte 16 bytes at a time."""
+    from onnx import TensorProto, helper, numpy_helper
+    from gir.frontend import load as load_model
+    from gir.fusion.plan import plan
+    rng = np.random.default_rng(12)
+    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+             helper.make_node("LayerNormalization", ["xf", "g", "b"], ["yf"], axis=-1, epsilon=1e-12),
+             helper.make_node("Cast", ["yf"], ["y"], to=TensorProto.FLOAT16)]
+    g = helper.make_graph(nodes, "ln16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 128, 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 128, 768])],
+                          [numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "g"),
+                           numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "b")])
+    (k,) = plan(load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)),
+                get_target("h100")).kernels
+    assert k.estimate.dram_bytes < 1 << 20 and wide_share(k.graph, 16) == 1.0

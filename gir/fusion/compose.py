@@ -333,7 +333,9 @@ def copy_candidates(graph: BasicGraph, comp: Composition, target: Target, reject
 def _group_candidates(graph, dims, pieces, target, rejected) -> list[Candidate]:
     padded, strides = Box.pad(dims, [s for p in pieces for s in (p[3], p[5])])
     label = "+".join(sorted({p[0] for p in pieces}))
-    widths = lane_widths(graph.tensors, [n for p in pieces for n in p[:2]], target)
+    # CPU copies keep one placement: their C loops are vectorised by the compiler, not by `vec`
+    wide = target.timing.widest_access_bytes >= 16
+    widths = lane_widths(graph.tensors, [n for p in pieces for n in p[:2]], target) if wide else []
     cands = []
     for structure, rows, chunk, upb, whole in box_choices(padded, target):
         box = Box.of(padded, structure, rows, chunk, upb, whole)

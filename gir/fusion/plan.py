@@ -18,7 +18,7 @@ import numpy as np
 from gir.frontend.basic import BasicGraph, BasicOp
 from gir.frontend.limits import max_group_ops
 from gir.frontend.reference import execute_op
-from gir.ir import GIRGraph
+from gir.ir import DRAM, GIRGraph
 from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
@@ -451,7 +451,8 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
 
 def _ranked(kernels: list[Kernel]) -> list[Kernel]:
     """Fastest first. Within RANK_TOLERANCE of the fastest the model calls it a tie, which goes
-    to fewer DRAM bytes (the compulsory-traffic objective comes first), then to the structure
+    to fewer DRAM bytes (the compulsory-traffic objective comes first), then to blocks of 128
+    threads or more for a kernel of a megabyte or more (`_small_big_blocks`), then to the structure
     whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then to a launch that
     falls least short of filling the machine (`_launch_shortfalls`), then to more threads per
     block (more warps resident under the block limit, latency the model does not see hidden),
@@ -460,10 +461,24 @@ def _ranked(kernels: list[Kernel]) -> list[Kernel]:
 
     def key(k):
         if k.estimate.seconds > fastest * (1 + RANK_TOLERANCE):
-            return (1, 0, 0.0, 0, k.estimate.seconds)
-        return (0, k.estimate.dram_bytes, *_narrowness(k.graph), _launch_shortfalls(k.graph),
-                -k.graph.prim.units_per_block, k.estimate.seconds)
+            return (1, 0, 0, 0.0, 0, k.estimate.seconds)
+        return (0, k.estimate.dram_bytes, _small_big_blocks(k.graph, k.estimate.dram_bytes), *_narrowness(k.graph),
+                _launch_shortfalls(k.graph), -k.graph.prim.units_per_block, k.estimate.seconds)
     return sorted(kernels, key=key)
+
+
+BIG_KERNEL_BYTES = 1 << 20
+
+
+def _small_big_blocks(graph, dram_bytes: int) -> int:
+    """1 for a kernel moving a megabyte or more in blocks under 128 threads on a GPU: such a
+    kernel keeps few warps per SM, which a near-tie in wider accesses does not excuse (ViT's
+    LayerNorm, 1.2 MB: two units of four floats a lane against six, both 16 bytes a lane).
+    Smaller kernels are launch-bound, and there the wider access decides (BERT-fp16's
+    LayerNorm, 0.4 MB: three units of eight halves a lane)."""
+    t = graph.target
+    return int(t.timing.widest_access_bytes >= 16 and dram_bytes >= BIG_KERNEL_BYTES
+               and graph.prim.units_per_block * t.lanes_per_unit < 128)
 
 
 def _narrowness(graph) -> tuple[float, float]:
@@ -507,13 +522,27 @@ def shortlist(choices: list[list], limit: int) -> list[list]:
     wide = choices[0][0].graph.target.timing.widest_access_bytes >= 16
     tolerance = SHORTLIST_TOLERANCE if wide else RANK_TOLERANCE
 
-    def key(i):  # as _ranked: a near-tie goes to the wider accesses
+    def key(i):  # as _ranked: a near-tie goes to big kernels' full blocks, then wider accesses
         if quick[i] > fastest * (1 + tolerance):
-            return (1, (0.0, 0.0), 0, quick[i], i)
-        return (0, tuple(map(sum, zip(*(_narrowness(c.graph) for c in choices[i])))),
+            return (1, 0, (0.0, 0.0), 0, quick[i], i)
+        fused = _fused_bytes(choices[i])
+        return (0, sum(_small_big_blocks(c.graph, fused) for c in choices[i]),
+                tuple(map(sum, zip(*(_narrowness(c.graph) for c in choices[i])))),
                 sum(_launch_shortfalls(c.graph) for c in choices[i]), quick[i], i)
     rest = sorted(range(1, len(choices)), key=key)
     return [choices[0]] + [choices[i] for i in rest[:limit - 1]]
+
+
+def _fused_bytes(choice: list) -> int:
+    """What a group's fused kernel will move, before it is merged: the DRAM buffers its ops read
+    that none of them writes, and what its last op writes (the intermediates stay on chip). The
+    ops' own estimates count every intermediate: each op of BERT-fp16's LayerNorm moves up to
+    1.2 MB of fp32 alone, the fused kernel 0.4 MB of fp16."""
+    written = {n for c in choice for n, b in c.graph.buffers.items() if b.level == DRAM and b.role == "output"}
+    read = {n: b for c in choice for n, b in c.graph.buffers.items() if b.level == DRAM and b.role in ("input", "const")}
+    last = choice[-1].graph.buffers
+    return (sum(b.nbytes for n, b in read.items() if n not in written)
+            + sum(b.nbytes for b in last.values() if b.level == DRAM and b.role == "output"))
 
 
 def _aliased(cand, aliases):
