@@ -218,7 +218,6 @@ def test_a_cast_from_half_places_eight_elements_a_lane(target, dialect, emitter)
 def _head_transpose(shape, perm, dtype):
     """x (B, S, H*D) reshaped to (B, S, H, D) and transposed by `perm`: a view the planner
     writes out in a copy kernel (BERT's q/k/v and context transposes)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     from gir.frontend import load as load_model
     b, s, h, d = shape
@@ -269,7 +268,6 @@ def test_a_head_merge_copy_is_wide_and_fills_the_machine():
     launch-bound); the plan takes one that is 16 bytes a lane, 128 threads or more a block
     and two blocks or more per SM (the shortlist breaks near-ties like the final ranking:
     wider accesses, then the launch's shortfalls, `plan._launch_shortfalls`)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     from gir.frontend import load as load_model
     from gir.fusion.plan import _launch_shortfalls, plan
