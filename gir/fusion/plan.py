@@ -476,9 +476,14 @@ def _small_big_blocks(graph, dram_bytes: int) -> int:
     LayerNorm, 1.2 MB: two units of four floats a lane against six, both 16 bytes a lane).
     Smaller kernels are launch-bound, and there the wider access decides (BERT-fp16's
     LayerNorm, 0.4 MB: three units of eight halves a lane)."""
+    return int(dram_bytes >= BIG_KERNEL_BYTES and _small_blocks(graph))
+
+
+def _small_blocks(graph) -> bool:
+    """Blocks under 128 threads on a target with 16-byte accesses (a GPU; the CPU's one-unit
+    blocks say nothing)."""
     t = graph.target
-    return int(t.timing.widest_access_bytes >= 16 and dram_bytes >= BIG_KERNEL_BYTES
-               and graph.prim.units_per_block * t.lanes_per_unit < 128)
+    return t.timing.widest_access_bytes >= 16 and graph.prim.units_per_block * t.lanes_per_unit < 128
 
 
 def _narrowness(graph) -> tuple[float, float]:
@@ -494,10 +499,10 @@ def _launch_shortfalls(graph) -> int:
     machine). Graded, so that where no structure has both (ViT's LayerNorm: 197 rows, one a
     block) the one with 192-thread blocks beats the one with 96. 0 on targets without 16-byte
     accesses (the CPU: one-unit blocks, where this says nothing)."""
-    t, prim = graph.target, graph.prim
+    t = graph.target
     if t.timing.widest_access_bytes < 16:
         return 0
-    return int(prim.units_per_block * t.lanes_per_unit < 128) + int(prim.num_blocks < 2 * t.processors)
+    return int(_small_blocks(graph)) + int(graph.prim.num_blocks < 2 * t.processors)
 
 
 # The quick estimate sums each operator's kernel alone, launches included, so a structure's

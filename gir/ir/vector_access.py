@@ -98,9 +98,7 @@ def extent_allows(op, buffers: dict, access_bytes: int = 16) -> bool:
     if shape[-1] % per == 0:
         return True
     touched = np.unique(dram.pattern + dram.offset.const)
-    if touched.size % per:
-        return False
-    blocks, counts = np.unique(touched // per, return_counts=True)
+    _, counts = np.unique(touched // per, return_counts=True)  # elements in each aligned vector
     return bool((counts == per).all()) and not any(c % per for _, c in dram.offset.terms)
 
 
@@ -137,6 +135,10 @@ def wide_share(graph, at_least: int = 0) -> float:
     return wide_shares(graph, (at_least,))[0]
 
 
+NOT_ALLOWED = "innermost extent not whole 16-byte vectors"  # `narrow_reason`s that no structure fixes
+DRAM_COPY = "DRAM to DRAM copy"
+
+
 def narrow_reason(op, buffers: dict) -> str | None:
     """Why a DRAM Move is not one 16-byte access per lane and run, or None where it is: the
     static reports' breakdown of the bytes that move narrower."""
@@ -144,9 +146,9 @@ def narrow_reason(op, buffers: dict) -> str | None:
     if vector_width(op, buffers) * itemsize(buffers[op.dst.buffer].dtype) >= 16:
         return None
     if levels == (DRAM, DRAM):
-        return "DRAM to DRAM copy"
+        return DRAM_COPY
     if not extent_allows(op, buffers):
-        return "innermost extent not whole 16-byte vectors"
+        return NOT_ALLOWED
     if op.uniform:
         return "uniform (one value for the whole unit)"
     if op.src.is_masked or op.dst.is_masked:
@@ -172,6 +174,6 @@ def access_census(graph) -> dict:
             out["wide"] += n
         else:
             out["narrow"][why] = out["narrow"].get(why, 0) + n
-        if why not in ("innermost extent not whole 16-byte vectors", "DRAM to DRAM copy"):
+        if why not in (NOT_ALLOWED, DRAM_COPY):
             out["allowed"] += n
     return out

@@ -6,8 +6,10 @@ from __future__ import annotations
 from math import ceil
 
 from gir.frontend.basic import contiguous_strides
-from gir.ir import BLOCK, SHARED, Move, ParallelPrimitive, Slice, Sync, W, block_coord
+from gir.ir import BLOCK, REGISTER, SHARED, GIRGraph, Move, ParallelPrimitive, Slice, Sync, W, block_coord
 from gir.ir.affine import Affine
+from gir.ir.dtypes import itemsize
+from gir.ir.vector_access import WIDE_DTYPES
 
 from .common import admit, coalesce, new_graph, unique_views
 from .pointwise import pointwise_candidates
@@ -37,10 +39,7 @@ def _tiled(op, tensors, target, dims, offset, istr, ostr, rejected):
         per = TILE // upb
         grid = (*[dims[d] for d in others], ceil(dims[p] / TILE), ceil(dims[j] / TILE))
         g = new_graph(op, tensors, target, ParallelPrimitive(grid, upb), "tile")
-        bp, bj = block_coord(len(others)), block_coord(len(others) + 1)
-        base_in, base_out = Affine(offset), Affine(0)
-        for c, d in enumerate(others):
-            base_in, base_out = base_in + block_coord(c) * istr[d], base_out + block_coord(c) * ostr[d]
+        bp, bj, base_in, base_out = _tile_bases(others, istr, ostr, offset, 0)
         dtype = tensors[op.inputs[0]].dtype
         g.buffer("%tile", SHARED, TILE * (TILE + 1), dtype)
         in_lim = (dims[j] - TILE * bj - per * W, dims[p] - TILE * bp)
@@ -69,9 +68,6 @@ def wide_tiles(name, source, src_offset, dest, dst_offset, dims, istr, ostr, ten
     (128, 12, 64) -> (12, 64, 128)). Empty where the target issues no 16-byte accesses, the
     dtype has no 16-byte vector, or either contiguous extent is not whole vectors (those keep
     the scalar tile)."""
-    from gir.ir import GIRGraph, REGISTER
-    from gir.ir.dtypes import itemsize
-    from gir.ir.vector_access import WIDE_DTYPES
     dtype = tensors[source].dtype
     k, p, j = len(dims), istr.index(1), len(dims) - 1
     vec = 16 // itemsize(dtype)
@@ -92,10 +88,7 @@ def wide_tiles(name, source, src_offset, dest, dst_offset, dims, istr, ostr, ten
         g = GIRGraph(f"{name}:{upb}", ParallelPrimitive(grid, upb), target)
         for buf, role in ((source, "const" if tensors[source].is_const else "input"), (dest, "output")):
             g.buffer(buf, "dram", tensors[buf].shape or (1,), tensors[buf].dtype, role=role)
-        bp, bj = block_coord(len(others)), block_coord(len(others) + 1)
-        base_in, base_out = Affine(src_offset), Affine(dst_offset)
-        for c, d in enumerate(others):
-            base_in, base_out = base_in + block_coord(c) * istr[d], base_out + block_coord(c) * ostr[d]
+        bp, bj, base_in, base_out = _tile_bases(others, istr, ostr, src_offset, dst_offset)
         g.buffer("%tile", SHARED, t * (t + 1), dtype)
         g.buffer("%rows", REGISTER, per * t, dtype)
         g.buffer("%cols", REGISTER, per * t, dtype)
@@ -113,3 +106,12 @@ def wide_tiles(name, source, src_offset, dest, dst_offset, dims, istr, ostr, ten
         g.add(Move(src=cols, dst=dst, vec=vec))
         out.append((g, {"tile": t, "units_per_block": upb, "vec": vec}))
     return out
+
+
+def _tile_bases(others, istr, ostr, src_offset: int, dst_offset: int):
+    """A tile's block coordinates along p and j (the last two grid axes) and its source and
+    destination offsets over the other dimensions (the leading grid axes)."""
+    base_in, base_out = Affine(src_offset), Affine(dst_offset)
+    for c, d in enumerate(others):
+        base_in, base_out = base_in + block_coord(c) * istr[d], base_out + block_coord(c) * ostr[d]
+    return block_coord(len(others)), block_coord(len(others) + 1), base_in, base_out
