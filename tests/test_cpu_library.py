@@ -92,6 +92,57 @@ def test_a_small_conv_is_timed_on_one_thread_and_the_pool_is_left_as_it_was():
 
 
 @needs_onednn
+def test_a_choice_that_forks_the_pool_is_timed_with_the_pool_asleep(monkeypatch):
+    """A small op that follows one-thread work finds the pool asleep: its pool choice is timed
+    after letting the pool sleep before each run; its one-thread choice, and any choice of an
+    op that follows a forking kernel, back to back."""
+    op, tensors, values, _ = _conv_case("grouped_strided_dilated")
+    made = {n: onednn.prepare(op, tensors, {"w": values["w"].reshape(-1)}, choice=(False, n)) for n in (0, 1)}
+    real = onednn.library()
+
+    class TwoThreads:  # the pool of a machine with two cores or more, whatever this one has
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def gir_dnnl_pool(self):
+            return 2
+    monkeypatch.setattr(onednn, "library", lambda: TwoThreads())
+    sleeps = []
+    monkeypatch.setattr(onednn, "_let_pool_sleep", lambda: sleeps.append(1))
+    onednn._timed(made[1], op, tensors, repeat=2, asleep=True)
+    onednn._timed(made[0], op, tensors, repeat=2, asleep=False)
+    assert sleeps == []
+    onednn._timed(made[0], op, tensors, repeat=2, asleep=True)
+    assert len(sleeps) == 3  # before the warm-up and before each timed run
+
+
+@needs_onednn
+@pytest.mark.parametrize("side,asleep", [(16, True), (256, False)])
+def test_a_library_op_after_a_kernel_knows_whether_the_kernel_forked(monkeypatch, side, asleep):
+    """A conv after a channel softmax kernel: over 16x16 the kernel moves 16 KB and runs on one
+    thread, so the conv finds the pool asleep; over 256x256 it moves 4 MB, forks, and leaves
+    the pool awake. The first call of a run follows the caller's own work: asleep."""
+    seen = {}
+    real = onednn.prepare
+
+    def recording(op, tensors, constants, choice=None, pool_asleep=False):
+        seen[op.name] = pool_asleep
+        return real(op, tensors, constants, choice, pool_asleep)
+    monkeypatch.setattr(onednn, "prepare", recording)
+    shape = (1, 8, side, side)
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"], pads=[1, 1, 1, 1], name="first"),
+             helper.make_node("Softmax", ["c1"], ["s"], axis=1, name="between"),  # a kernel, no epilogue
+             helper.make_node("Conv", ["s", "w"], ["c2"], pads=[1, 1, 1, 1], name="second")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("c2", TensorProto.FLOAT, shape)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    session = gir.Session(model, target="cpu", plan_cache=None)
+    assert [getattr(st, "kind", "kernel") for st in session.plan.steps] == ["conv", "kernel", "conv"]
+    assert seen == {"first": True, "second": asleep}, seen
+
+
+@needs_onednn
 def test_a_large_conv_gets_the_faster_layout():
     CONVS["large"] = ((1, 32, 64, 64), (32, 32, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True)
     try:
@@ -302,7 +353,7 @@ def test_a_blocked_conv_hands_its_output_to_the_next_in_its_own_layout(monkeypat
     second reads it there (no reorder to NCHW and back), only where nothing else reads it.
     The timing of choices is made to prefer the blocked, fused ones, so the test does not
     depend on which the machine finds faster."""
-    monkeypatch.setattr(onednn, "_timed", lambda made, op, tensors, repeat=2: 0.0 if made.blocked and not made.separate else 1.0)
+    monkeypatch.setattr(onednn, "_timed", lambda made, op, tensors, repeat=2, asleep=False: 0.0 if made.blocked and not made.separate else 1.0)
     model = _conv_chain(tail_readers)
     x = np.random.default_rng(10).standard_normal((1, 16, 24, 24)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})

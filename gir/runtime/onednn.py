@@ -183,11 +183,13 @@ class DnnlOp:
 TIME_ONE_THREAD_BELOW = 8_000_000
 
 
-def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = None) -> DnnlOp | str:
+def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = None,
+            pool_asleep: bool = False) -> DnnlOp | str:
     """A primitive for `op`, or the reason numpy runs it. `constants`: name -> flat array of the
     graph's constant tensors (weights reordered from them now). `choice`: (blocked, threads[, separate]) as
     chosen before (a session read back from the cache), or None to choose now; the primitive's
-    own is `.choice`.
+    own is `.choice`. `pool_asleep`: the op runs after one-thread work, so a choice that forks
+    the pool wakes it (`_timed`).
     Every choice an op has is made and run on zeros (`_timed`), and the fastest kept:
     - blocked (convs): activations reordered into oneDNN's own layout and back at each run
       (True) or read and written in place as NCHW (False). Neither wins everywhere. On 2 AMD
@@ -219,7 +221,17 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
         return ok[0] if ok else made[0]
     # an epilogue apart must win by more than timing noise: fused, a blocked op can also hand
     # its output to the next op in its own layout (the CPU engine's hand-offs), apart it cannot
-    return min(ok, key=lambda m: _timed(m, op, tensors) * (APART_MARGIN if m.separate else 1.0))
+    return min(ok, key=lambda m: _timed(m, op, tensors, asleep=pool_asleep) * (APART_MARGIN if m.separate else 1.0))
+
+
+def _let_pool_sleep() -> None:
+    """Keep this thread busy past the time the pool's threads spin before they sleep (what `gir
+    calibrate` waits for the same reason), so the next fork wakes them."""
+    import time
+    from gir.backends.cpu.calibration import WAKE_GAP_S
+    start = time.perf_counter()
+    while time.perf_counter() - start < WAKE_GAP_S:
+        pass
 
 
 APART_MARGIN = 1.1  # an epilogue apart is kept only where it times at least 10% faster than fused
@@ -234,9 +246,15 @@ def _macs(op: BasicOp, tensors: dict) -> int:
     return y.size * (a.shape[-1] if a.shape else 1)
 
 
-def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2) -> float:
-    """Fastest of `repeat` runs (after one) on zeroed operands."""
+def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2, asleep: bool = False) -> float:
+    """Fastest of `repeat` runs (after one) on zeroed operands. `asleep`: the op runs after
+    one-thread work (a one-thread kernel or op before it in the run), so a choice that forks the
+    pool is timed with the pool asleep, as it will find it. Timed back to back it found the pool
+    spinning and beat one thread, then paid the wake-up in every run: ShuffleNet-v2 at default
+    threads on a 2-core Intel VM, 4.5-4.9 ms, 4.0-4.1 ms with every small op on one thread
+    (session 24). After a kernel that forks, the pool is awake and back to back is right."""
     import time
+    asleep = asleep and not made.threads and library().gir_dnnl_pool() > 1
     arrays = [None if t is None else aligned_bytes(tensors[t].size * 4) for t in made.operands]
     for a in arrays:
         if a is not None:
@@ -245,6 +263,8 @@ def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2) -> float:
     ptrs = [None if a is None else a.ctypes.data for a in arrays]
     best = float("inf")
     for i in range(repeat + 1):
+        if asleep:
+            _let_pool_sleep()
         start = time.perf_counter()
         made.call(*ptrs, out.ctypes.data)
         if i:

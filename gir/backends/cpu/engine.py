@@ -18,6 +18,7 @@ import numpy as np
 
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
+from gir.ir.one_thread import runs_on_one_thread
 from gir.runtime import onednn
 from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.library import run_library_op
@@ -49,15 +50,18 @@ class NativeCpuEngine:
                           for n, t in g.tensors.items() if t.value is not None}
         self.calls = []
         self.call_steps = []  # the plan step of each call (a fused group can need several kernels)
+        forks = []  # per call: whether it forks the pool (a library op's: decided when it is made)
         self.oob = ctypes.c_int.in_dll(lib, "gir_gather_oob")  # set by a kernel that clamped an index
         self.gathers = {}  # kernel call -> the gather nodes it runs, for the error
         for launch in launches:
             if isinstance(launch, BasicOp):
                 self.call_steps.append(next(i for i, s in enumerate(plan.steps) if s is launch))
                 self.calls.append(launch)
+                forks.append(None)
                 continue
             i, k = launch
             self.call_steps.append(i)
+            forks.append(not runs_on_one_thread(k.params, plan.target))
             fn = getattr(lib, k.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
             if k.gathers:
@@ -66,8 +70,12 @@ class NativeCpuEngine:
         self.dnnl, self.library_ops, self.layouts = {}, {}, dict(layouts or {})
         for c, call in enumerate(self.calls):
             if isinstance(call, BasicOp):
-                made = (onednn.prepare(call, g.tensors, self.constants, self.layouts.get(call.name))
+                # the pool is awake only right after a call that forked it (the first call of a
+                # run follows the caller's own work)
+                asleep = c == 0 or not forks[c - 1]
+                made = (onednn.prepare(call, g.tensors, self.constants, self.layouts.get(call.name), asleep)
                         if library != "numpy" else "library='numpy'")
+                forks[c] = not isinstance(made, str) and made.threads != 1
                 if isinstance(made, str):
                     self.library_ops[call.name] = f"numpy: {made}"
                 else:
