@@ -106,12 +106,14 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     from gir.backends.cpu import calibration
     monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibration, "COPY_BYTES", 4 << 20)
+    monkeypatch.setattr(calibration, "STREAM_BYTES", 8 << 20)
     before = get_target("cpu")
     assert "nominal" in before.timing.source
     lines = []
     cal = calibration.measure(repeats=2, progress=lines.append)
-    assert len(lines) == 8 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert len(lines) == 9 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
     assert cal.wake_s > 0 and cal.spin_s > 0 and cal.warm_bandwidth > 0 and cal.warm_unit_bandwidth > 0
+    assert 1.0 <= cal.stream_gain <= 2.0
     # every math op the probes cover is measured, and an op the compiler vectorises (div) costs
     # less per element than a libm call it cannot (tanh)
     assert set(cal.op_costs) == set(calibration.OP_PROBES.values())
@@ -123,6 +125,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert after.timing.unit_bandwidth == cal.unit_bandwidth and "measured" in after.timing.source
     assert after.timing.wake_s == cal.wake_s and dict(after.timing.op_cost) == cal.op_costs
     assert after.timing.spin_s == cal.spin_s and after.timing.warm_bandwidth == cal.warm_bandwidth
+    assert after.timing.stream_gain == cal.stream_gain
     assert repr(after) != repr(before)  # the plan cache's key changes with the figures
     path.write_text("{not json")
     assert "nominal" in get_target("cpu").timing.source  # unreadable: nominal again, no crash

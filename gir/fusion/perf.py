@@ -33,6 +33,7 @@ from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
 from gir.ir.one_thread import runs_on_one_thread
 from gir.ir.stretches import kernel_dram_buffers, kernel_stretches
+from gir.ir.streams import inlined_products, stream_factor, unit_streams
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
@@ -244,7 +245,9 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
         # what the threads stream: the distinct bytes and the re-reads L1 does not hold (those
         # are loads in the issue term); across units, a row's neighbouring windows overlap in L1.
         # What the last-level cache holds streams at its own rate.
-        latency_s = (cold + rereads - warm_rereads) / (concurrent_units * tm.unit_bandwidth)
+        # rows a unit streams side by side keep more misses in flight (gir/ir/streams.py)
+        stream_bw = tm.unit_bandwidth * stream_factor(program.streams, tm.stream_gain)
+        latency_s = (cold + rereads - warm_rereads) / (concurrent_units * stream_bw)
         if warm["read"] or warm["write"] or warm_rereads:
             latency_s += (warm["read"] + warm["write"] + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
@@ -258,7 +261,7 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     if tm.dependent_cycles:  # one thread runs its units one after another: each op's chain is latency
         compute_s = max(compute_s, program.chain * tm.dependent_cycles * prim.num_units / (concurrent_units * tm.clock_hz))
     shared_s = shared / t.level(SHARED).bandwidth_bytes_per_s if shared else 0.0
-    if tm.spill_bytes_per_unit and register_bytes_per_lane(graph) * t.lanes_per_unit > tm.spill_bytes_per_unit:
+    if tm.spill_bytes_per_unit and register_bytes_per_lane(graph, program.unstored) * t.lanes_per_unit > tm.spill_bytes_per_unit:
         # a CPU thread's register arrays beyond L1: every access to them goes to the cache
         spilled = sum(level_bytes(graph, REGISTER).values())
         shared_s += spilled / (tm.cache_bandwidth * min(concurrent_units, processors))
@@ -323,6 +326,8 @@ class _Program:
     read_bytes: int = 0               # DRAM bytes one unit reads
     chain: float = 0.0                # dependent steps per unit, when its elements overlap each other
     sector_waste: int = 0             # bytes one unit's DRAM accesses move in granules they leave unused
+    streams: int = 1                  # CPU: DRAM streams one unit reads side by side (gir/ir/streams.py)
+    unstored: frozenset = frozenset()  # CPU: register buffers the emitter never materialises (ditto)
 
 
 def _program(graph: GIRGraph, across: bool = False) -> _Program:
@@ -341,6 +346,11 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     p = _Program(instructions=t.timing.unit_setup if t.timing.unit_setup is not None else UNIT_SETUP)
     pending, used = 0, True
     cpu = bool(t.timing.unit_bandwidth)
+    streamed = set()  # ids of loads a CPU reduction makes run by run, in its own loop (gir/ir/streams.py)
+    if cpu and lanes > 1:
+        products = inlined_products([op for _, op in graph.ops()], buffers)
+        streamed = {id(m) for _, _, loads in products for m in loads}
+        p.unstored = frozenset(s.buffer for r, e, loads in products for s in (r.src, *(m.dst for m in loads)))
 
     def per_lane(op, s) -> int:
         return s.size if op.uniform else ceil(s.size / lanes)
@@ -359,7 +369,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             accesses = ceil(per_lane(op, op.dst) / width)
             if cpu and 0 in op.src.strides:  # the compiler loads a repeated element once per unit
                 accesses = ceil(accesses * _distinct_share(op.src))
-            if cpu and lanes > 1 and _gathered(op.src):
+            if cpu and lanes > 1 and id(op) not in streamed and _gathered(op.src):
                 accesses = ceil(op.dst.size * _distinct_share(op.src))  # an element an instruction
             masked = op.src.is_masked or op.dst.is_masked
             p.instructions += accesses * (1 + ADDRESS + masked)
@@ -393,6 +403,8 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
                 p.instructions += op.dst.size * 2 * ceil(log2(min(lanes, op.group)))
         elif isinstance(op, Broadcast):
             p.instructions += per_lane(op, op.dst) / 2
+    if cpu and t.timing.stream_gain > 1:
+        p.streams = unit_streams([op for _, op in graph.ops()], buffers)
     return p
 
 

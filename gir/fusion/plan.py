@@ -38,6 +38,7 @@ from .perf import Estimate, estimate, quick_estimate
 from .commute import pooling_before_monotone_ops
 from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
+from .spread import spread_choices
 
 
 @dataclass
@@ -438,6 +439,10 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
         optimized, log = optimize(merged)
         rewrite += time.perf_counter() - start
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
+        for spread in spread_choices(optimized):  # a CPU thread's units side by side (gir/fusion/spread.py)
+            step = Step("spread-units", f"{optimized.prim.num_units // spread.prim.num_units} units side by side a unit",
+                        log[-1].dram_after if log else 0, log[-1].dram_after if log else 0)
+            ranked.append(Kernel(name, op_names, spread, merged, [*log, step], estimate(spread), 0))
     ranked = _ranked(ranked)
     best = ranked[0]
     for k in ranked:

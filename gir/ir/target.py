@@ -75,6 +75,8 @@ class Timing:
                                      # just before touched (gir/fusion/perf.py Context); 0: not modelled
     warm_bandwidth: float = 0.0      # CPU: bytes/s, read + write, all threads, of buffers held in that cache
     warm_unit_bandwidth: float = 0.0  # CPU: the same for one thread
+    stream_gain: float = 1.0         # CPU: one thread's GEMV rate with 8 rows side by side over a row at a
+                                     # time (gir/ir/streams.py); 1: not modelled
     sector_bytes: int = 0            # GPU: the granule one access moves between DRAM, L2 and L1 (a warp
                                      # access touching more granules than its bytes fill moves the rest
                                      # through the cache too); 0: not modelled

@@ -18,9 +18,10 @@ class GraphError(ValueError):
     """A GIR-Graph that breaks an IR rule; the message lists every problem found."""
 
 
-def register_bytes_per_lane(graph: GIRGraph) -> int:
+def register_bytes_per_lane(graph: GIRGraph, skip: frozenset = frozenset()) -> int:
     """Peak register bytes one lane holds, over the program order (buffers live from first
-    write to last read)."""
+    write to last read). `skip`: buffers the emitter never materialises (the time model's
+    spill term leaves out the product a reduction computes in its own loop)."""
     ops = graph.ops()
     first, last, per_lane = {}, {}, {}
     lanes = graph.target.lanes_per_unit
@@ -31,7 +32,7 @@ def register_bytes_per_lane(graph: GIRGraph) -> int:
             last[s.buffer] = pos
         for s in op.writes():
             buf = graph.buffers[s.buffer]
-            if buf.level != REGISTER:
+            if buf.level != REGISTER or s.buffer in skip:
                 continue
             first.setdefault(s.buffer, pos)
             last.setdefault(s.buffer, pos)

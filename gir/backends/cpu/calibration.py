@@ -13,7 +13,9 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - warm copy bandwidth, all threads and one: arrays the last-level cache holds (what a kernel
     reads that the kernel before it has just written);
   - op costs: unit-instructions per element of each math op in GIR's own kernels (a libm call
-    per element, or the prelude's vectorised polynomial).
+    per element, or the prelude's vectorised polynomial);
+  - stream gain: GIR's GEMV kernel on one thread, eight rows side by side over a row at a time
+    (gir/ir/streams.py).
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
 CPU model and flags (`host_cpu`), so a cache folder shared between machines never hands one
 machine another's figures. Plans made with it are cached under a key that holds the figures.
@@ -40,6 +42,7 @@ ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-inst
 WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
 SPIN_GAPS_S = (5e-6, 10e-6, 15e-6, 20e-6, 25e-6, 30e-6, 40e-6, 60e-6, 100e-6, 150e-6)  # gaps tried, shortest first
 WARM_BYTES = 2 << 20       # per array of the warm copy: beyond a core's L2, within the last-level cache
+STREAM_BYTES = 192 << 20   # weights the stream-gain probe reads: far above any last-level cache
 OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
 SOURCE = r"""
@@ -71,6 +74,8 @@ double gir_cal_gap_fork(float *restrict dst, long n, double gap) {
     gir_cal_empty(dst, n);
     return gir_cal_now() - start;
 }
+void gir_cal_threads(int n) { omp_set_num_threads(n); }
+int gir_cal_max_threads(void) { return omp_get_max_threads(); }
 void gir_cal_issue(float *restrict x, long n, int passes) {
     for (int p = 0; p < passes; ++p) {
         #pragma omp simd
@@ -103,6 +108,8 @@ class Calibration:
     warm_bandwidth: float = 0.0       # bytes/s, read + write, all threads, arrays in the last-level cache
     warm_unit_bandwidth: float = 0.0  # the same, one thread
     op_costs: dict | None = None      # unit-instructions per element of each math op, as GIR's kernels run it
+    # since session 24
+    stream_gain: float = 0.0          # one thread's GEMV rate, eight rows side by side over one (gir/ir/streams.py)
 
     @property
     def timing(self) -> Timing:
@@ -113,6 +120,7 @@ class Calibration:
                        warm_bandwidth=self.warm_bandwidth or nominal.warm_bandwidth,
                        warm_unit_bandwidth=self.warm_unit_bandwidth or nominal.warm_unit_bandwidth,
                        op_cost=tuple(sorted((self.op_costs or {}).items())) or nominal.op_cost,
+                       stream_gain=self.stream_gain or nominal.stream_gain,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
 
@@ -203,12 +211,70 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
              f"the team sleeps after {spin * 1e6:.0f} us")
     warm_all, warm_one = (2 * WARM_BYTES * 20 / _best_of(copy(t, WARM_BYTES // 4, 20), repeats) for t in (threads, 1))
     progress(f"copy of {WARM_BYTES >> 20} MiB in cache: {warm_all / 1e9:.1f} GB/s with {threads} threads, {warm_one / 1e9:.1f} with one")
+    gain = _stream_gain(lib, repeats)
+    progress(f"GEMV, 1 thread, eight rows side by side: {gain:.2f}x a row at a time")
     costs = _op_costs(repeats, issue)
     progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,
-                       warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs)
+                       warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain)
+
+
+def _stream_gain(lib, repeats: int) -> float:
+    """GIR's own GEMV kernel (768 x 3072) over STREAM_BYTES of weight matrices in turn, on one thread:
+    its rate with eight rows an eighth of the matrix apart side by side (gir/fusion/spread.py,
+    the emitter's interleaved loop) over its rate a row at a time. At least 1 (a machine whose
+    one stream already saturates gains nothing: the planner then never spreads), at most 2. A
+    hand-written C probe would not do: a plain sum of rows gained nothing where GIR's GEMV
+    gained 1.5x, and the same loops ran from 0.5x to 1.5x the one-row rate depending on how
+    gcc compiled them (results/gemv_streams.md)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gir.backends.cpu.compiler import build
+    from gir.backends.cpu.emitter import CpuEmitter
+    from gir.backends.kernels import split_kernels
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    from gir.fusion.spread import spread_units
+    from gir.ir.streams import GAINFUL_STREAMS
+
+    from .target import local_cpu
+    ROWS = GAINFUL_STREAMS
+    k, n = 768, 3072  # GPT-2's c_fc GEMV, over matrices in turn that together exceed the cache
+    weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
+    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+                                                [io("x", [1, k])], [io("y", [1, n])], [weight]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    base = local_cpu()
+    target = replace(base, timing=replace(base.timing, stream_gain=1.0))  # the one-row form
+    (step,) = [s for s in plan(load(model), target).steps if hasattr(s, "graph")]
+    forms = {1: step.graph, ROWS: spread_units(step.graph, ROWS)}
+    if forms[ROWS] is None:
+        return 1.0
+    emitter, kernels, sources = CpuEmitter(target), {}, [CpuEmitter(target).prelude()]
+    for rows, g in forms.items():
+        (kernel,) = split_kernels(g)
+        kernels[rows] = kernel
+        sources.append(emitter.kernel_source(kernel).replace(kernel.name, f"probe_rows{rows}"))
+    probes = build("\n".join(sources), "calibration_streams")
+    matrices = [np.ones(k * n, np.float32) for _ in range(max(1, STREAM_BYTES // (k * n * 4)))]
+    small = {}
+    rates, pool = {}, lib.gir_cal_max_threads()
+    lib.gir_cal_threads(1)
+    try:
+        for rows, kernel in kernels.items():
+            fn = getattr(probes, f"probe_rows{rows}")
+            fn.argtypes, fn.restype = [ctypes.c_void_p] * len(kernel.params), None
+            calls = [[(m if b.size == k * n else small.setdefault(b.name, np.ones(b.size, np.float32))).ctypes.data
+                      for b in kernel.params] for m in matrices]
+            run = lambda: [fn(*args) for args in calls]
+            run()
+            rates[rows] = 1 / _best_of(run, repeats)
+    finally:
+        lib.gir_cal_threads(pool)
+    return round(min(max(rates[ROWS] / rates[1], 1.0), 2.0), 3)
 
 
 def _spin_s(lib, scratch, threads: int, launch: float, wake: float, repeats: int) -> float:

@@ -30,6 +30,8 @@ CPU_NOMINAL_TIMING = Timing(
     spin_s=20e-6,                         # the engine's 1000 spins: 20-40 us measured on an AMD EPYC (session 19)
     warm_bandwidth=100e9, warm_unit_bandwidth=60e9,  # a copy of 2 MiB arrays: 110-130 and 65-77 GB/s
                                           # on that EPYC (session 19); measured by gir calibrate
+    stream_gain=1.2,                      # eight GEMV rows side by side over one, one thread: 1.1-1.4 on an Intel
+                                          # Xeon VM (session 24, results/gemv_streams.md); measured by gir calibrate
     unit_setup=3,                         # per-unit index arithmetic: the compiler hoists most of it out of the
                                           # loop over units (GPUs keep the model's 12; tau-b on the rank data)
     source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")

@@ -1,0 +1,92 @@
+"""How many DRAM streams one unit of a looped-lanes kernel (a CPU thread) keeps in flight.
+
+A CPU thread's DRAM rate is set by how many misses it has outstanding, and its hardware
+prefetchers track each stream of addresses within a page on its own: one thread summing one
+row after another of a 768 x 3072 float GEMV streamed 12.3 GB/s, eight rows an eighth of the
+matrix apart side by side 18.1 GB/s (results/gemv_streams.md). The emitter walks a unit's
+outputs side by side where a reduction computes its product in its own loop
+(gir/backends/cstyle.py `interleaved_reduce_loop`, `_inline_plan`); the time model
+(gir/fusion/perf.py) charges that unit's bytes at the faster rate. The rule lives here, on the
+IR, because the two must agree on it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import itemsize
+from .gops import Elementwise, Move, Reduce
+from .target import DRAM, REGISTER
+
+MAX_INTERLEAVED_ROWS = 8  # the most outputs of a unit whose reductions the emitter walks side by side
+MIN_GROUP = 32            # a shorter group is one plain loop (cstyle: under 2 x ACCUMULATORS)
+PAGE_BYTES = 4096         # rows closer than a page share their prefetch stream
+GAINFUL_STREAMS = 8       # streams `gir calibrate` measures the gain at (results/gemv_streams.md: 8 beat 4)
+
+
+def interleaves(r: Reduce) -> bool:
+    """The emitter walks r's outputs side by side (cstyle.LoopedLanes.op_Reduce)."""
+    return 2 <= r.dst.size <= MAX_INTERLEAVED_ROWS and r.group >= MIN_GROUP
+
+
+def runs_stream(s, group: int) -> bool:
+    """Each run of `group` consecutive elements of s sits at consecutive addresses, or at one
+    (a broadcast operand): a loop over the run is a contiguous vector load."""
+    steps = np.diff(s.pattern.reshape(-1, group), axis=1) if group > 1 else np.zeros((1, 0))
+    return bool(((steps == 1).all(axis=1) | (steps == 0).all(axis=1)).all())
+
+
+def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]]]:
+    """(reduction, the product it alone reads, the DRAM loads that alone fill the product's
+    inputs) where each load streams run by run: the looped-lanes emitter computes such a
+    product inside the reduction's loop (cstyle.LoopedLanes `_inline_plan`, which also needs
+    unmasked slices), so neither the product nor the loads' register arrays exist, and each
+    load is a contiguous vector load per run rather than a copy loop."""
+    writers, readers = {}, {}
+    for op in ops:
+        for s in op.writes():
+            writers.setdefault(s.buffer, []).append(op)
+        for s in op.reads():
+            readers.setdefault(s.buffer, []).append(op)
+    out = []
+    for r in ops:
+        if not isinstance(r, Reduce) or buffers[r.src.buffer].level != REGISTER:
+            continue
+        producers = writers.get(r.src.buffer, [])
+        if len(producers) != 1 or not isinstance(producers[0], Elementwise) or readers.get(r.src.buffer) != [r]:
+            continue
+        e, loads = producers[0], []
+        for s in e.inputs:
+            (m, *more) = writers.get(s.buffer, [None])
+            if (not more and isinstance(m, Move) and buffers[m.src.buffer].level == DRAM
+                    and readers.get(s.buffer) == [e] and m.fill is None):
+                loads.append(m)
+        if loads and all(runs_stream(m.src, r.group) for m in loads):
+            out.append((r, e, loads))
+    return out
+
+
+def row_streams(r: Reduce, loads: list[Move], buffers) -> int:
+    """DRAM streams reduction r walks side by side when the emitter interleaves it: its outputs,
+    where some load of its product has one row per output a page or more apart; else 1."""
+    if not interleaves(r):
+        return 1
+    for m in loads:
+        src = m.src
+        lead = [(n, st) for n, st in zip(src.shape, src.strides) if n > 1][:1]
+        if lead and lead[0][0] == r.dst.size and abs(lead[0][1]) * itemsize(buffers[src.buffer].dtype) >= PAGE_BYTES:
+            return r.dst.size
+    return 1
+
+
+def unit_streams(ops, buffers) -> int:
+    """DRAM streams one unit reads side by side (`row_streams` of its reductions whose product
+    the emitter computes in their own loop, `inlined_products`); 1 where none."""
+    return max([row_streams(r, loads, buffers) for r, _, loads in inlined_products(ops, buffers)], default=1)
+
+
+def stream_factor(streams: int, gain: float) -> float:
+    """One thread's DRAM rate with `streams` side by side over its rate with one: `gain` (what
+    `gir calibrate` measured at GAINFUL_STREAMS) reached linearly."""
+    if streams <= 1 or gain <= 1:
+        return 1.0
+    return 1 + (gain - 1) * min(streams - 1, GAINFUL_STREAMS - 1) / (GAINFUL_STREAMS - 1)
