@@ -1287,11 +1287,11 @@ class LoopedLanes:
         expression of the C variables k and g, over g < group for each of the unit's outputs
         k, their groups walked side by side: each block step runs ACCUMULATORS partials of every
         output in turn, so a unit of R outputs keeps R streams of loads in flight where
-        `reduce_loop` per output keeps one. GPT-2 decode's 768 x 3072 GEMV as GIR emits it:
-        12.3 GB/s a row at a time, 18.1 eight rows an eighth of the matrix apart, one thread;
-        23.6 and 37.9 with two (results/gemv_streams.md). The outputs are a loop over k: written
-        out one loop a line, gcc compiled them to half the one-row rate. The SIMD mark on j made
-        1.19x in an ad-hoc harness and 0.9-1.0x in that script; it stays. Each output's partials,
+        `reduce_loop` per output keeps one. GPT-2 decode's 768 x 3072 GEMV as GIR emits it, from
+        DRAM: 11.5 GB/s a row at a time, 13.2 eight rows an eighth of the matrix apart, one
+        thread; 21.1 and 24.6 with two (results/gemv_streams.md). The outputs are a loop over k:
+        written out one loop a line, gcc compiled them to half the one-row rate. The SIMD mark
+        on j made 1.19x in an ad-hoc harness and 0.9-1.05x in that script; it stays. Each output's partials,
         tree and block order are `reduce_loop`'s, so the sums are bit-identical to it."""
         G, A, R, ct, accs = op.group, self.ACCUMULATORS, op.dst.size, self.ctype(acc), "accs"
         full, blk = G - G % A, A * self.BLOCK_STEPS

@@ -2,9 +2,9 @@
 a 1/rows of the grid's last axis apart, so that its reductions walk `rows` DRAM streams at once.
 
 A CPU thread's DRAM rate depends on how its loads are laid out in time: a GEMV summing one
-weight row after another (GPT-2 decode's, one output per unit) streamed 12.3 GB/s on one
-thread of an Intel Xeon VM, eight rows an eighth of the matrix apart side by side 18.1 GB/s,
-and 23.6 against 37.9 GB/s on two threads (results/gemv_streams.md). The emitter walks a unit's
+weight row after another (GPT-2 decode's, one output per unit) streamed 11.5 GB/s from DRAM on
+one thread of an Intel Xeon VM, eight rows an eighth of the matrix apart side by side 13.2 GB/s,
+and 21.1 against 24.6 GB/s on two threads (results/gemv_streams.md). The emitter walks a unit's
 outputs side by side (gir/backends/cstyle.py `interleaved_reduce_loop`); the time model
 charges such a unit's bytes at the faster rate (gir/ir/streams.py). This pass makes the
 units: every slice gains a leading dimension of `rows` (a DRAM slice steps by its offset's

@@ -2,8 +2,8 @@
 
 A CPU thread's DRAM rate is set by how many misses it has outstanding, and its hardware
 prefetchers track each stream of addresses within a page on its own: one thread summing one
-row after another of a 768 x 3072 float GEMV streamed 12.3 GB/s, eight rows an eighth of the
-matrix apart side by side 18.1 GB/s (results/gemv_streams.md). The emitter walks a unit's
+row after another of a 768 x 3072 float GEMV streamed 11.5 GB/s from DRAM, four or eight rows
+a fraction of the matrix apart side by side 13.2-13.6 GB/s (results/gemv_streams.md). The emitter walks a unit's
 outputs side by side where a reduction computes its product in its own loop
 (gir/backends/cstyle.py `interleaved_reduce_loop`, `_inline_plan`); the time model
 (gir/fusion/perf.py) charges that unit's bytes at the faster rate. The rule lives here, on the

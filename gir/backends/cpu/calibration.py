@@ -42,7 +42,7 @@ ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-inst
 WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
 SPIN_GAPS_S = (5e-6, 10e-6, 15e-6, 20e-6, 25e-6, 30e-6, 40e-6, 60e-6, 100e-6, 150e-6)  # gaps tried, shortest first
 WARM_BYTES = 2 << 20       # per array of the warm copy: beyond a core's L2, within the last-level cache
-STREAM_BYTES = 192 << 20   # weights the stream-gain probe reads: far above any last-level cache
+STREAM_BYTES = 0          # weights the stream-gain probe reads; 0: twice the last-level cache, 192 MiB at least
 OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
 SOURCE = r"""
@@ -227,7 +227,7 @@ def _stream_gain(lib, repeats: int) -> float:
     the emitter's interleaved loop) over its rate a row at a time. At least 1 (a machine whose
     one stream already saturates gains nothing: the planner then never spreads), at most 2. A
     hand-written C probe would not do: a plain sum of rows gained nothing where GIR's GEMV
-    gained 1.5x, and the same loops ran from 0.5x to 1.5x the one-row rate depending on how
+    gained 1.15x, and the same loops ran from 0.5x to 1.2x the one-row rate depending on how
     gcc compiled them (results/gemv_streams.md)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -239,7 +239,7 @@ def _stream_gain(lib, repeats: int) -> float:
     from gir.fusion.spread import spread_units
     from gir.ir.streams import GAINFUL_STREAMS
 
-    from .target import local_cpu
+    from .target import last_level_cache_bytes, local_cpu
     ROWS = GAINFUL_STREAMS
     k, n = 768, 3072  # GPT-2's c_fc GEMV, over matrices in turn that together exceed the cache
     weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
@@ -259,7 +259,8 @@ def _stream_gain(lib, repeats: int) -> float:
         kernels[rows] = kernel
         sources.append(emitter.kernel_source(kernel).replace(kernel.name, f"probe_rows{rows}"))
     probes = build("\n".join(sources), "calibration_streams")
-    matrices = [np.ones(k * n, np.float32) for _ in range(max(1, STREAM_BYTES // (k * n * 4)))]
+    total = STREAM_BYTES or max(192 << 20, 2 * last_level_cache_bytes())  # from DRAM: partly cached it read 1.25-1.5x for 1.15-1.2x
+    matrices = [np.ones(k * n, np.float32) for _ in range(max(1, total // (k * n * 4)))]
     small = {}
     rates, pool = {}, lib.gir_cal_max_threads()
     lib.gir_cal_threads(1)
