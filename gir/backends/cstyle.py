@@ -37,7 +37,7 @@ from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
-from gir.ir.streams import row_streams
+from gir.ir.streams import buffer_users, row_streams
 from gir.ir.streams import runs_stream as _streams
 from gir.ir.vector_access import vector_width
 
@@ -1192,12 +1192,7 @@ class LoopedLanes:
         if getattr(self, "across", False) or not self.inline_products:
             return self._plan
         ops = [op for _, op in self.k.ops]
-        writers, readers = {}, {}
-        for op in ops:
-            for s in op.writes():
-                writers.setdefault(s.buffer, []).append(op)
-            for s in op.reads():
-                readers.setdefault(s.buffer, []).append(op)
+        writers, readers = buffer_users(ops)
         producer, skipped, across = self._plan
         for r in ops:
             if not isinstance(r, Reduce) or not self._in_registers(r.src):

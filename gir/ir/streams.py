@@ -35,18 +35,24 @@ def runs_stream(s, group: int) -> bool:
     return bool(((steps == 1).all(axis=1) | (steps == 0).all(axis=1)).all())
 
 
-def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]]]:
-    """(reduction, the product it alone reads, the DRAM loads that alone fill the product's
-    inputs) where each load streams run by run: the looped-lanes emitter computes such a
-    product inside the reduction's loop (cstyle.LoopedLanes `_inline_plan`, which also needs
-    unmasked slices), so neither the product nor the loads' register arrays exist, and each
-    load is a contiguous vector load per run rather than a copy loop."""
+def buffer_users(ops) -> tuple[dict, dict]:
+    """(buffer -> the gOperators that write it, buffer -> those that read it), in program order."""
     writers, readers = {}, {}
     for op in ops:
         for s in op.writes():
             writers.setdefault(s.buffer, []).append(op)
         for s in op.reads():
             readers.setdefault(s.buffer, []).append(op)
+    return writers, readers
+
+
+def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]]]:
+    """(reduction, the product it alone reads, the DRAM loads that alone fill the product's
+    inputs) where each load streams run by run: the looped-lanes emitter computes such a
+    product inside the reduction's loop (cstyle.LoopedLanes `_inline_plan`, which also needs
+    unmasked slices), so neither the product nor the loads' register arrays exist, and each
+    load is a contiguous vector load per run rather than a copy loop."""
+    writers, readers = buffer_users(ops)
     out = []
     for r in ops:
         if not isinstance(r, Reduce) or buffers[r.src.buffer].level != REGISTER:
