@@ -439,9 +439,11 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
         optimized, log = optimize(merged)
         rewrite += time.perf_counter() - start
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
+        dram = ranked[-1].estimate.dram_bytes
         for spread in spread_choices(optimized):  # a CPU thread's units side by side (gir/fusion/spread.py)
-            step = Step("spread-units", f"{optimized.prim.num_units // spread.prim.num_units} units side by side a unit",
-                        log[-1].dram_after if log else 0, log[-1].dram_after if log else 0)
+            rows = optimized.prim.num_units // spread.prim.num_units
+            step = Step("spread-units", f"a unit runs {rows} units 1/{rows} of the grid apart, their rows "
+                        f"streamed side by side", dram, dram)
             ranked.append(Kernel(name, op_names, spread, merged, [*log, step], estimate(spread), 0))
     ranked = _ranked(ranked)
     best = ranked[0]
