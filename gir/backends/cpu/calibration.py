@@ -42,7 +42,7 @@ ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-inst
 WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
 SPIN_GAPS_S = (5e-6, 10e-6, 15e-6, 20e-6, 25e-6, 30e-6, 40e-6, 60e-6, 100e-6, 150e-6)  # gaps tried, shortest first
 WARM_BYTES = 2 << 20       # per array of the warm copy: beyond a core's L2, within the last-level cache
-STREAM_BYTES = 0          # weights the stream-gain probe reads; 0: twice the last-level cache, 192 MiB at least
+STREAM_BYTES = 0          # weights the stream-gain probe reads; 0: twice the last-level cache, 192 MiB-1 GiB
 OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
 SOURCE = r"""
@@ -259,7 +259,8 @@ def _stream_gain(lib, repeats: int) -> float:
         kernels[rows] = kernel
         sources.append(emitter.kernel_source(kernel).replace(kernel.name, f"probe_rows{rows}"))
     probes = build("\n".join(sources), "calibration_streams")
-    total = STREAM_BYTES or max(192 << 20, 2 * last_level_cache_bytes())  # from DRAM: partly cached it read 1.25-1.5x for 1.15-1.2x
+    # from DRAM (partly cached, it read 1.25-1.5x for 1.15-1.2x); at most 1 GiB held at once
+    total = STREAM_BYTES or min(max(192 << 20, 2 * last_level_cache_bytes()), 1 << 30)
     matrices = [np.ones(k * n, np.float32) for _ in range(max(1, total // (k * n * 4)))]
     small = {}
     rates, pool = {}, lib.gir_cal_max_threads()
