@@ -2,7 +2,7 @@
 rows side by side (gir/fusion/spread.py, the emitter's interleaved loop), and the same loop
 without its SIMD mark and with its rows written out one loop a line.
 
-    PYTHONPATH=. python3 scripts/gemv_streams.py [--k 768] [--n 3072] [--matrices 12] [--repeats 5]
+    PYTHONPATH=. python3 scripts/gemv_streams.py [--k 768] [--n 3072] [--matrices N] [--repeats 5]
         [--out results/gemv_streams]
 
 The kernel is GPT-2 decode's c_fc GEMV (x[1, K] @ W[K, N], one output per unit) as the planner
@@ -22,19 +22,15 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
 from math import ceil
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 
+from gir.backends.cpu.calibration import gemv_forms
 from gir.backends.cpu.compiler import build
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import split_kernels
-from gir.frontend import load
-from gir.fusion.plan import plan
-from gir.fusion.spread import spread_units
 from gir.ir import get_target
 from gir.backends.cpu.target import last_level_cache_bytes
 
@@ -46,19 +42,8 @@ int gemv_max_threads(void) { return omp_get_max_threads(); }
 
 
 def forms(k: int, n: int) -> dict[str, tuple]:
-    weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
-    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
-                                                [io("x", [1, k])], [io("y", [1, n])], [weight]),
-                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    cpu = get_target("cpu")
-    flat = replace(cpu, timing=replace(cpu.timing, stream_gain=1.0))
-    (step,) = [s for s in plan(load(model), flat).steps if hasattr(s, "graph")]
-    graphs = {"1 row a unit": step.graph}
-    for rows in (2, 4, 8):
-        g = spread_units(step.graph, rows)
-        if g is not None:
-            graphs[f"{rows} rows side by side"] = g
+    flat, graphs_by_rows = gemv_forms(k, n, (2, 4, 8))
+    graphs = {("1 row a unit" if rows == 1 else f"{rows} rows side by side"): g for rows, g in graphs_by_rows.items()}
     out = {}
     for label, g in graphs.items():
         (kernel,) = split_kernels(g)

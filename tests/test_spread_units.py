@@ -19,7 +19,7 @@ from gir.fusion.perf import estimate
 from gir.fusion.plan import plan
 from gir.fusion.spread import spread_choices, spread_units
 from gir.ir import get_target, run
-from gir.ir.streams import stream_factor, unit_streams
+from gir.ir.streams import inlined_products, stream_factor, unit_streams
 
 CPU = get_target("cpu")
 
@@ -70,7 +70,7 @@ def test_the_interleaved_loop_sums_exactly_as_one_row_at_a_time(monkeypatch):
     (kernel,) = split_kernels(spread)
     source = CpuEmitter(CPU).kernel_source(kernel)
     assert "for (int k = 0; k < 4; ++k) {" in source and "part[k][j] = part[k][j] +" in source
-    assert unit_streams([op for _, op in spread.ops()], spread.buffers) == 4
+    assert unit_streams(inlined_products([op for _, op in spread.ops()], spread.buffers), spread.buffers) == 4
     feeds = _feeds(spread)
     interleaved = cpu.run(spread, feeds)
     monkeypatch.setattr(CpuEmitter, "interleave_rows", False)
@@ -84,7 +84,7 @@ def test_rows_within_a_page_are_one_stream_and_run_one_at_a_time():
     gain is modelled and the emitter keeps its loop per output."""
     g = _one_row_kernel(_gemv(64, 8))  # 8 outputs: spread rows 2 x 64 floats apart
     spread = spread_units(g, 4)
-    assert spread is not None and unit_streams([op for _, op in spread.ops()], spread.buffers) == 1
+    assert spread is not None and unit_streams(inlined_products([op for _, op in spread.ops()], spread.buffers), spread.buffers) == 1
     assert spread_choices(g) == []
     (kernel,) = split_kernels(spread)
     assert "part[k][j]" not in CpuEmitter(CPU).kernel_source(kernel)

@@ -37,8 +37,7 @@ from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
-from gir.ir.streams import buffer_users, row_streams
-from gir.ir.streams import runs_stream as _streams
+from gir.ir.streams import buffer_users, row_streams, runs_stream
 from gir.ir.vector_access import vector_width
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
@@ -1202,7 +1201,7 @@ class LoopedLanes:
                     or not self._same_elements(e.out, r.src) or not all(map(self._plain, (e.out, *e.inputs)))):
                 continue
             loads = {s.buffer: m for s in e.inputs if (m := self._dram_load_of(s, writers, readers, e)) is not None}
-            if not all(_streams(m.src, r.group) for m in loads.values()):
+            if not all(runs_stream(m.src, r.group) for m in loads.values()):
                 if not (loads and r.group <= self.COLUMN_GROUP and r.op in ("sum", "max", "min")
                         and all(_columns(m.src, r.group) for m in loads.values())):
                     continue  # a strided load inside the partial sums would be a gather per element

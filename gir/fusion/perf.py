@@ -346,11 +346,13 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     p = _Program(instructions=t.timing.unit_setup if t.timing.unit_setup is not None else UNIT_SETUP)
     pending, used = 0, True
     cpu = bool(t.timing.unit_bandwidth)
-    streamed = set()  # ids of loads a CPU reduction makes run by run, in its own loop (gir/ir/streams.py)
-    if cpu and lanes > 1:
-        products = inlined_products([op for _, op in graph.ops()], buffers)
-        streamed = {id(m) for _, _, loads in products for m in loads}
-        p.unstored = frozenset(s.buffer for r, e, loads in products for s in (r.src, *(m.dst for m in loads)))
+    # a CPU reduction computing a product of DRAM loads in its own loop (gir/ir/streams.py):
+    # its loads are vector loads run by run, its arrays never stored, its rows maybe side by side
+    products = inlined_products([op for _, op in graph.ops()], buffers) if cpu and lanes > 1 else []
+    streamed = {id(m) for _, _, loads in products for m in loads}
+    p.unstored = frozenset(s.buffer for r, e, loads in products for s in (r.src, *(m.dst for m in loads)))
+    if t.timing.stream_gain > 1:
+        p.streams = unit_streams(products, buffers)
 
     def per_lane(op, s) -> int:
         return s.size if op.uniform else ceil(s.size / lanes)
@@ -403,8 +405,6 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
                 p.instructions += op.dst.size * 2 * ceil(log2(min(lanes, op.group)))
         elif isinstance(op, Broadcast):
             p.instructions += per_lane(op, op.dst) / 2
-    if cpu and t.timing.stream_gain > 1:
-        p.streams = unit_streams([op for _, op in graph.ops()], buffers)
     return p
 
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from gir.ir import DRAM, REGISTER, UNIT, GIRGraph, ParallelPrimitive, Slice, Sync
 from gir.ir.gops import Elementwise, Move, Reduce
-from gir.ir.streams import MAX_INTERLEAVED_ROWS, unit_streams
+from gir.ir.streams import MAX_INTERLEAVED_ROWS, inlined_products, unit_streams
 from gir.ir.validate import GraphError, validate
 
 SPREAD_ROWS = (4, 8)  # old units per new unit tried: streams a thread keeps in flight (gir/ir/streams.py)
@@ -78,6 +78,6 @@ def spread_choices(graph: GIRGraph) -> list[GIRGraph]:
     out = []
     for rows in SPREAD_ROWS:
         g = spread_units(graph, rows)
-        if g is not None and unit_streams([op for _, op in g.ops()], g.buffers) > 1:
+        if g is not None and unit_streams(inlined_products([op for _, op in g.ops()], g.buffers), g.buffers) > 1:
             out.append(g)
     return out

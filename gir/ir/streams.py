@@ -84,10 +84,10 @@ def row_streams(r: Reduce, loads: list[Move], buffers) -> int:
     return 1
 
 
-def unit_streams(ops, buffers) -> int:
-    """DRAM streams one unit reads side by side (`row_streams` of its reductions whose product
-    the emitter computes in their own loop, `inlined_products`); 1 where none."""
-    return max([row_streams(r, loads, buffers) for r, _, loads in inlined_products(ops, buffers)], default=1)
+def unit_streams(products, buffers) -> int:
+    """DRAM streams one unit reads side by side: the most `row_streams` of `products` (a unit's
+    `inlined_products`); 1 where none."""
+    return max([row_streams(r, loads, buffers) for r, _, loads in products], default=1)
 
 
 def stream_factor(streams: int, gain: float) -> float:

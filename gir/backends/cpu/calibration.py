@@ -221,6 +221,34 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
                        warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain)
 
 
+def gemv_forms(k: int, n: int, spreads: tuple) -> tuple:
+    """(the local CPU target without a stream gain, {rows: GIR graph}) of x[1, k] @ W[k, n] as
+    the planner builds it a row at a time (rows 1) and `spread_units` of it with each of
+    `spreads` rows a unit where that applies: the kernels the stream-gain probe and
+    scripts/gemv_streams.py time."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    from gir.fusion.spread import spread_units
+
+    from .target import local_cpu
+    weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
+    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+                                                [io("x", [1, k])], [io("y", [1, n])], [weight]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    base = local_cpu()
+    target = replace(base, timing=replace(base.timing, stream_gain=1.0))  # no spreading: the one-row form
+    (step,) = [s for s in plan(load(model), target).steps if hasattr(s, "graph")]
+    forms = {1: step.graph}
+    for rows in spreads:
+        g = spread_units(step.graph, rows)
+        if g is not None:
+            forms[rows] = g
+    return target, forms
+
+
 def _stream_gain(lib, repeats: int) -> float:
     """GIR's own GEMV kernel (768 x 3072) over STREAM_BYTES of weight matrices in turn, on one thread:
     its rate with eight rows an eighth of the matrix apart side by side (gir/fusion/spread.py,
@@ -229,29 +257,16 @@ def _stream_gain(lib, repeats: int) -> float:
     hand-written C probe would not do: a plain sum of rows gained nothing where GIR's GEMV
     gained 1.15x, and the same loops ran from 0.5x to 1.2x the one-row rate depending on how
     gcc compiled them (results/gemv_streams.md)."""
-    from onnx import TensorProto, helper, numpy_helper
-
     from gir.backends.cpu.compiler import build
     from gir.backends.cpu.emitter import CpuEmitter
     from gir.backends.kernels import split_kernels
-    from gir.frontend import load
-    from gir.fusion.plan import plan
-    from gir.fusion.spread import spread_units
     from gir.ir.streams import GAINFUL_STREAMS
 
-    from .target import last_level_cache_bytes, local_cpu
+    from .target import last_level_cache_bytes
     ROWS = GAINFUL_STREAMS
     k, n = 768, 3072  # GPT-2's c_fc GEMV, over matrices in turn that together exceed the cache
-    weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
-    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
-                                                [io("x", [1, k])], [io("y", [1, n])], [weight]),
-                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    base = local_cpu()
-    target = replace(base, timing=replace(base.timing, stream_gain=1.0))  # the one-row form
-    (step,) = [s for s in plan(load(model), target).steps if hasattr(s, "graph")]
-    forms = {1: step.graph, ROWS: spread_units(step.graph, ROWS)}
-    if forms[ROWS] is None:
+    target, forms = gemv_forms(k, n, (ROWS,))
+    if ROWS not in forms:
         return 1.0
     emitter, kernels, sources = CpuEmitter(target), {}, [CpuEmitter(target).prelude()]
     for rows, g in forms.items():
