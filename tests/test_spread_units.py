@@ -36,9 +36,12 @@ def _gemv(k: int, n: int, seed: int = 0):
 
 
 def _one_row_kernel(model, target=CPU):
-    """The GEMV group's kernel as the planner builds it without spreading."""
+    """The GEMV group's kernel with one output per unit (the templates' first structure), as
+    the planner builds it without spreading."""
     flat = replace(target, timing=replace(target.timing, stream_gain=1.0))
-    (step,) = [s for s in plan(load(model), flat).steps if hasattr(s, "graph")]
+    (step,) = [s for s in plan(load(model), flat, limit=1).steps if hasattr(s, "graph")]
+    if target is CPU:
+        assert step.graph.prim.grid[-1] == model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
     return step.graph
 
 
@@ -90,9 +93,43 @@ def test_rows_within_a_page_are_one_stream_and_run_one_at_a_time():
     assert "part[k][j]" not in CpuEmitter(CPU).kernel_source(kernel)
 
 
+@pytest.mark.parametrize("rows", [4, 8])
+def test_adjacent_units_mask_the_last_units_surplus_rows(rows):
+    """250 outputs: rows a fraction apart would leave a ragged row; consecutive units do, the
+    last unit's surplus masked by n - rows*q, on the interpreter and the emitted C."""
+    g = _one_row_kernel(_gemv(768, 250))
+    assert spread_units(g, rows) is None
+    spread = spread_units(g, rows, adjacent=True)
+    assert spread is not None and spread.prim.num_units == -(-250 // rows)
+    feeds = _feeds(g)
+    want = run(g, feeds).outputs
+    got = run(spread, feeds).outputs
+    for name, w in want.items():
+        np.testing.assert_array_equal(got[name], w)
+    native = cpu.run(spread, feeds)
+    for name, w in want.items():
+        np.testing.assert_allclose(native[name].reshape(w.shape), w, rtol=1e-5, atol=1e-5)
+
+
+def test_adjacent_rows_stream_the_pages_they_span_side_by_side():
+    """Eight adjacent rows of 768 floats span six pages: six streams for the model, and the
+    interior copy walks them side by side (the unit-dependent limit holds there)."""
+    g = _one_row_kernel(_gemv(768, 250))
+    spread = spread_units(g, 8, adjacent=True)
+    assert unit_streams(inlined_products([op for _, op in spread.ops()], spread.buffers), spread.buffers) == 6
+    (kernel,) = split_kernels(spread)
+    source = CpuEmitter(CPU).kernel_source(kernel)
+    interior, border = source.split("} else {", 1)
+    assert "part[k][j] = part[k][j] +" in interior and "768*k + g]" in interior
+    assert "part[k][j]" not in border  # the last unit: masked, one output at a time
+    gained = replace(CPU, timing=replace(CPU.timing, stream_gain=1.3))
+    g.target = gained
+    assert [(c.rows, c.adjacent) for c in spread_choices(g)] == [(4, True), (8, True)]
+
+
 def test_spread_units_decline_what_they_cannot_spread():
     g = _one_row_kernel(_gemv(64, 250))
-    assert spread_units(g, 4) is None  # 250 outputs: a ragged last unit
+    assert spread_units(g, 4) is None  # 250 outputs: a ragged row a fraction apart
     assert spread_units(g, 1) is None and spread_units(g, 16) is None
     gpu = _one_row_kernel(_gemv(64, 256), get_target("cuda:sm_90"))
     assert spread_units(gpu, 4) is None  # a GPU unit is a warp, not a thread with prefetchers
@@ -103,8 +140,8 @@ def test_the_model_charges_spread_rows_at_the_calibrated_gain():
     gained = replace(CPU, timing=replace(CPU.timing, stream_gain=1.3))
     g.target = gained
     choices = spread_choices(g)
-    assert [c.prim.num_units for c in choices] == [768, 384]
-    assert all(estimate(c).parts["latency"] < estimate(g).parts["latency"] for c in choices)
+    assert [(c.graph.prim.num_units, c.adjacent) for c in choices] == [(768, False), (384, False)]
+    assert all(estimate(c.graph).parts["latency"] < estimate(g).parts["latency"] for c in choices)
     assert stream_factor(1, 1.3) == 1.0 and stream_factor(8, 1.3) == pytest.approx(1.3)
     assert stream_factor(4, 1.3) == pytest.approx(1 + 0.3 * 3 / 7)
     g.target = replace(CPU, timing=replace(CPU.timing, stream_gain=1.0))

@@ -37,7 +37,7 @@ from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
-from gir.ir.streams import buffer_users, row_streams, runs_stream
+from gir.ir.streams import COLUMN_OPS, buffer_users, column_step, columns, row_streams, runs_stream
 from gir.ir.vector_access import vector_width
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
@@ -219,23 +219,17 @@ def _row_slice(s: Slice, group: int) -> Slice | None:
     return Slice(s.buffer, s.offset + var("k") * s.strides[lead[0]], s.shape[d:], s.strides[d:], s.limits[d:], s.starts[d:])
 
 
-def _columns(s: Slice, group: int) -> bool:
-    """Element g of every run of `group` sits one address after (or at) element g of the run
-    before: a loop over the runs, each run's elements unrolled, loads contiguous vectors (a
-    lowered 1x1 conv whose unit holds 16 positions x 4 input channels, the channels a plane
-    apart)."""
-    runs = s.pattern.reshape(-1, group)
-    if runs.shape[0] < 2:
-        return False
-    steps = np.diff(runs, axis=0)
-    return bool(((steps == 1).all(axis=0) | (steps == 0).all(axis=0)).all())
-
-
 def _column(s: Slice, group: int, g: int) -> Slice:
-    """The elements g of slice s's runs of `group` (`_columns` holds): a 1-D slice, one step
-    per run."""
+    """The elements g of slice s's runs of `group` (`streams.columns` holds): a 1-D slice, one
+    step per run."""
     runs = s.pattern.reshape(-1, group)
     return Slice(s.buffer, s.offset + int(runs[0, g]), (runs.shape[0],), (int(runs[1, g] - runs[0, g]),))
+
+
+def _column_at(s: Slice, group: int) -> Slice:
+    """The elements g of slice s's runs for a C variable g (`streams.column_step` holds)."""
+    runs = s.pattern.reshape(-1, group)
+    return Slice(s.buffer, s.offset + var("g") * column_step(s, group), (runs.shape[0],), (int(runs[1, 0] - runs[0, 0]),))
 
 
 def register_segments(k: Kernel) -> list[tuple[range, list[str]]]:
@@ -1112,10 +1106,15 @@ class LoopedLanes:
         return super().op_Move(op)
 
     def mask(self, s, e) -> list[str]:
-        if self._interior:  # the unit-dependent bounds hold (interior_conditions); constant ones stay
-            const = lambda bounds: tuple(b if b is not None and b.is_const else None for b in bounds)
-            s = replace(s, limits=const(s.limits), starts=const(s.starts))
-        return super().mask(s, e)
+        return super().mask(self._as_here(s), e)
+
+    def _as_here(self, s):
+        """s with the bounds tested where it is emitted: in the interior the unit-dependent
+        ones hold (interior_conditions); constant ones stay."""
+        if not self._interior or not s.is_masked:
+            return s
+        const = lambda bounds: tuple(b if b is not None and b.is_const else None for b in bounds)  # noqa: E731
+        return replace(s, limits=const(s.limits), starts=const(s.starts))
 
     def elements(self, op, n: int):
         yield Elem(Idx("k"), loop=n, independent=_elementwise_independent(op))
@@ -1152,10 +1151,23 @@ class LoopedLanes:
             parts = 1 if op.group < 2 * self.ACCUMULATORS else self.COLUMN_PARTIALS
             names = ["acc"] + [f"acc{j}" for j in range(1, parts)]
             lines = [f"{self.ctype(acc)} " + ", ".join(f"{n} = {ident}" for n in names) + ";"]
-            for g in range(op.group):
-                pre, x = self._inlined_term(op, Idx(f"k*{op.group} + {g}"), column=g)
-                n = names[g % parts]
-                lines += block("{", [*pre, f"{n} = {self.combine(op.op, n, f'({term(x)})', chain=True)};"])
+
+            def add(g, n: str, looped: bool) -> list[str]:
+                """Element g of output k's group into partial n (g: an int, or the C variable)."""
+                pre, x = self._inlined_term(op, Idx(f"k*{op.group} + g" if looped else f"k*{op.group} + {g}"),
+                                            column="g" if looped else g)
+                head = [f"const int g = {g};"] if looped else []
+                return block("{", [*head, *pre, f"{n} = {self.combine(op.op, n, f'({term(x)})', chain=True)};"])
+
+            if op.group <= self.COLUMN_GROUP:  # the group written out: what gcc schedules best
+                for g in range(op.group):
+                    lines += add(g, names[g % parts], False)
+            else:  # a loop over the group, partial j taking g = j mod parts as written out above
+                full = op.group - op.group % parts
+                lines += block(f"for (int g0 = 0; g0 < {full}; g0 += {parts}) {{",
+                               [ln for j in range(parts) for ln in add(f"g0 + {j}", names[j], True)])
+                for j in range(op.group % parts):
+                    lines += add(f"{full + j}", names[j], True)
             lines += self.pairwise(op.op, names, chain=True)
             pragma = [self.simd_pragma] if self.simd_pragma else []
             return pragma + block(f"for (int k = 0; k < {op.dst.size}; ++k) {{", lines + store)
@@ -1179,8 +1191,9 @@ class LoopedLanes:
         whose loop over outputs is the SIMD loop). A GEMV's product then streams the weights once, multiplied and
         summed in one loop, instead of being copied into arrays (two loops), multiplied into a
         third and summed in a fourth. Only unmasked slices (or, in the interior copy, slices
-        masked by unit-dependent bounds only) are inlined. A group of up to COLUMN_GROUP whose
-        loads are contiguous across outputs instead (`_columns`) runs with the outputs as SIMD
+        masked by unit-dependent bounds only) are inlined. A group whose loads are contiguous
+        across outputs instead (`streams.columns`; over COLUMN_GROUP, affine in the group's
+        index too: `column_products`, which the time model charges alike) runs with the outputs as SIMD
         lanes: a lowered 4 -> 24 channel 1x1 conv + SiLU over 32x32 (EfficientNet-B0 exported at
         64x64) gathered its 16 x 4 inputs per unit, 120 us on one thread (15 us now); ResNet-50
         exported, a 32 -> 8 channel conv over 4x4 6.1 -> 0.5 us."""
@@ -1202,8 +1215,9 @@ class LoopedLanes:
                 continue
             loads = {s.buffer: m for s in e.inputs if (m := self._dram_load_of(s, writers, readers, e)) is not None}
             if not all(runs_stream(m.src, r.group) for m in loads.values()):
-                if not (loads and r.group <= self.COLUMN_GROUP and r.op in ("sum", "max", "min")
-                        and all(_columns(m.src, r.group) for m in loads.values())):
+                if not (loads and r.op in COLUMN_OPS and all(columns(m.src, r.group) for m in loads.values())
+                        and (r.group <= self.COLUMN_GROUP or all(column_step(m.src, r.group) is not None
+                                                                  for m in loads.values()))):
                     continue  # a strided load inside the partial sums would be a gather per element
                 across.add(id(r))
             producer[id(r)] = (e, loads)
@@ -1235,9 +1249,9 @@ class LoopedLanes:
             return None
         return m
 
-    def _inlined_term(self, r, index: Idx, column: int | None = None, rows: bool = False) -> tuple[list[str], str | None]:
+    def _inlined_term(self, r, index: Idx, column: int | str | None = None, rows: bool = False) -> tuple[list[str], str | None]:
         """(statements, value) of element `index` of r's source computed in place, or ([], None).
-        `column`: element `column` of output k's group, the outputs in the SIMD lanes
+        `column`: element `column` of output k's group (an int, or "g": the C variable g), the outputs in the SIMD lanes
         (`_inline_plan`'s third set): each loaded input is read as its runs' column-th elements,
         one address per output apart (or one for all), an address affine in k with no division.
         `rows`: element g of output k's group, k and g C variables (the interleaved loop), each
@@ -1249,14 +1263,18 @@ class LoopedLanes:
         inputs = []
         for s in e.inputs:
             if rows:
-                own = _row_slice(loads[s.buffer].src if s.buffer in loads else s, r.group)
+                own = _row_slice(self._as_here(loads[s.buffer].src if s.buffer in loads else s), r.group)
                 if own is None:
                     return [], None
                 x, ok = self.load(own, Idx("g"), None)
+            elif s.buffer in loads and column == "g":
+                x, ok = self.load(_column_at(loads[s.buffer].src, r.group), Idx("k"), None)
             elif s.buffer in loads and column is not None:
                 x, ok = self.load(_column(loads[s.buffer].src, r.group, column), Idx("k"), None)
-            else:
-                x, ok = self.load(loads[s.buffer].src if s.buffer in loads else s, index, None)
+            else:  # element g of output k's group: through its own row where it has one (no division)
+                src = loads[s.buffer].src if s.buffer in loads else s
+                own = _row_slice(self._as_here(src), r.group) if index.expr == f"k*{r.group} + g" else None
+                x, ok = self.load(own, Idx("g"), None) if own is not None else self.load(src, index, None)
             if ok:  # _plain admitted only slices without a mask to test: the plan and the emitter disagree
                 raise EmitError(f"{self.k.name}: an inlined input of a reduction has a mask ({' && '.join(ok)})")
             inputs.append((x, self.dtype(s)))

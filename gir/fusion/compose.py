@@ -259,8 +259,18 @@ def compose(graph: BasicGraph, ops: list[BasicOp] | None = None) -> Composition:
     contents: dict[str, Content] = {}
     absorbed, needed, materialized = [], set(graph.outputs), set()
 
+    outputs = set(graph.outputs)
+
     def content_of(name):
-        return contents.get(name) or identity(name, graph.tensors[name].shape)
+        """What a movement op reading `name` reads. A graph output is written anyway: where its
+        content is no single view (a KV cache's concat of past and new), a reader takes it
+        from the output's storage as one view rather than from its pieces, so that it can
+        alias or fold it (GPT-2 decode wrote each layer's keys twice, as present.key and as
+        the attention's operand, and its values once more transposed)."""
+        c = contents.get(name)
+        if c is None or name in outputs and len(c.pieces) > 1 and single_view(c, c.shape, contiguous_strides(c.shape)) is None:
+            return identity(name, graph.tensors[name].shape)
+        return c
 
     for op in ops:
         out = op.outputs[0]

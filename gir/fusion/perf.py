@@ -33,7 +33,7 @@ from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
 from gir.ir.one_thread import runs_on_one_thread
 from gir.ir.stretches import kernel_dram_buffers, kernel_stretches
-from gir.ir.streams import inlined_products, stream_factor, unit_streams
+from gir.ir.streams import column_products, inlined_products, stream_factor, unit_streams
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
@@ -348,9 +348,12 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     cpu = bool(t.timing.unit_bandwidth)
     # a CPU reduction computing a product of DRAM loads in its own loop (gir/ir/streams.py):
     # its loads are vector loads run by run, its arrays never stored, its rows maybe side by side
-    products = inlined_products([op for _, op in graph.ops()], buffers) if cpu and lanes > 1 else []
-    streamed = {id(m) for _, _, loads in products for m in loads}
-    p.unstored = frozenset(s.buffer for r, e, loads in products for s in (r.src, *(m.dst for m in loads)))
+    ops = [op for _, op in graph.ops()]
+    products = inlined_products(ops, buffers) if cpu and lanes > 1 else []
+    # ... or with its outputs in the SIMD lanes, each load a vector per element of the group
+    in_lanes = column_products(ops, buffers) if cpu and lanes > 1 else []
+    streamed = {id(m) for _, _, loads in (*products, *in_lanes) for m in loads}
+    p.unstored = frozenset(s.buffer for r, e, loads in (*products, *in_lanes) for s in (r.src, *(m.dst for m in loads)))
     if t.timing.stream_gain > 1:
         p.streams = unit_streams(products, buffers)
 

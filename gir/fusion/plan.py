@@ -441,10 +441,8 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
         dram = ranked[-1].estimate.dram_bytes
         for spread in spread_choices(optimized):  # a CPU thread's units side by side (gir/fusion/spread.py)
-            rows = optimized.prim.num_units // spread.prim.num_units
-            step = Step("spread-units", f"a unit runs {rows} units 1/{rows} of the grid apart, their rows "
-                        f"streamed side by side", dram, dram)
-            ranked.append(Kernel(name, op_names, spread, merged, [*log, step], estimate(spread), 0))
+            step = Step("spread-units", spread.description, dram, dram)
+            ranked.append(Kernel(name, op_names, spread.graph, merged, [*log, step], estimate(spread.graph), 0))
     ranked = _ranked(ranked)
     best = ranked[0]
     for k in ranked:

@@ -12,14 +12,24 @@ coefficient on the last block coordinate times the new grid's last extent; a reg
 by its buffer's old size, each unit of the group owning a copy), so unit q of the new grid
 runs old units q, q + n/rows, ... in element order, and each gOperator's semantics hold
 element by element. Only for kernels of one launch whose gOperators are moves, elementwise
-ops, reductions and unit syncs, with no bound that depends on the last block coordinate (a
-ragged unit would need a bound per row).
+ops, reductions and unit syncs, with no bound that depends on the last block coordinate.
+
+Where the last extent is not a multiple of `rows` (GPT-2's lm_head: 50257 outputs), rows a
+fraction of the grid apart would leave a ragged last row valid on some units only, a bound no
+affine limit states. There the units run `rows` adjacent old units instead (q*rows + k), the
+last unit's surplus rows masked by the limit n - rows*q on the new dimension; adjacent rows of
+a GEMV lie one row apart, and the time model counts the pages they span as their streams
+(gir/ir/streams.py: 768-float rows, 8 adjacent, 1.05x one thread and 1.14x two, against 1.14x
+and 1.20x for rows an eighth apart; results/gemv_streams.md).
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from math import ceil
+from typing import NamedTuple
 
 from gir.ir import DRAM, REGISTER, UNIT, GIRGraph, ParallelPrimitive, Slice, Sync
+from gir.ir.affine import Affine, var
 from gir.ir.gops import Elementwise, Move, Reduce
 from gir.ir.streams import MAX_INTERLEAVED_ROWS, inlined_products, unit_streams
 from gir.ir.validate import GraphError, validate
@@ -27,17 +37,21 @@ from gir.ir.validate import GraphError, validate
 SPREAD_ROWS = (4, 8)  # old units per new unit tried: streams a thread keeps in flight (gir/ir/streams.py)
 
 
-def spread_units(graph: GIRGraph, rows: int) -> GIRGraph | None:
+def spread_units(graph: GIRGraph, rows: int, adjacent: bool = False) -> GIRGraph | None:
     """`graph` with `rows` of its units per unit (see the module doc), or None where the form
-    does not apply: the grid's last extent is not a multiple of rows or leaves fewer units than
-    threads, or the kernel holds another kind of gOperator or a bound on that coordinate."""
+    does not apply: it leaves fewer units than threads, rows a fraction apart do not divide the
+    grid's last extent, or the kernel holds another kind of gOperator or a bound on that
+    coordinate. `adjacent`: unit q runs old units q*rows .. q*rows + rows - 1."""
     prim, t = graph.prim, graph.target
     n = prim.grid[-1]
+    units = ceil(n / rows) if adjacent else n // rows
     if (not t.timing.unit_bandwidth or prim.units_per_block != 1 or not 2 <= rows <= MAX_INTERLEAVED_ROWS
-            or n % rows or n // rows < t.processors):
+            or not adjacent and n % rows or units < t.processors):
         return None
-    apart, last = n // rows, f"b{len(prim.grid) - 1}"
-    out = GIRGraph(graph.name, ParallelPrimitive((*prim.grid[:-1], apart), 1), t)
+    last = f"b{len(prim.grid) - 1}"
+    # the surplus rows of the last unit: masked by their index against what is left of the grid
+    limit = Affine.of(n) - var(last) * rows if adjacent and n % rows else None
+    out = GIRGraph(graph.name, ParallelPrimitive((*prim.grid[:-1], units), 1), t)
     for name, b in graph.buffers.items():
         if b.level not in (DRAM, REGISTER):
             return None
@@ -48,9 +62,16 @@ def spread_units(graph: GIRGraph, rows: int) -> GIRGraph | None:
         if any(last in prim.normalize(bound).variables for bound in s.bounds):
             return None
         buf = graph.buffers[s.buffer]
-        step = buf.size if buf.level == REGISTER else dict(offset.terms).get(last, 0) * apart
+        per_unit = dict(offset.terms).get(last, 0)
+        if adjacent:
+            offset = offset.substitute({last: var(last) * rows})
+            step = buf.size if buf.level == REGISTER else per_unit
+        else:
+            step = buf.size if buf.level == REGISTER else per_unit * units
+        masked = limit is not None or s.limits or s.starts
         return Slice(s.buffer, offset, (rows, *s.shape), (step, *s.strides),
-                     (None, *s.limits) if s.limits else (), (None, *s.starts) if s.starts else ())
+                     (limit, *(s.limits or (None,) * len(s.shape))) if masked else (),
+                     (None, *(s.starts or (None,) * len(s.shape))) if masked else ())
 
     for _, op in graph.ops():
         if not isinstance(op, (Move, Elementwise, Reduce, Sync)) or isinstance(op, Sync) and op.scope != UNIT:
@@ -70,14 +91,29 @@ def spread_units(graph: GIRGraph, rows: int) -> GIRGraph | None:
     return out
 
 
-def spread_choices(graph: GIRGraph) -> list[GIRGraph]:
+class Spread(NamedTuple):
+    rows: int         # old units per new unit
+    adjacent: bool    # consecutive old units (else a 1/rows of the grid apart)
+    graph: GIRGraph
+
+    @property
+    def description(self) -> str:
+        where = "consecutive units" if self.adjacent else f"units 1/{self.rows} of the grid apart"
+        return f"a unit runs {self.rows} {where}, their rows streamed side by side"
+
+
+def spread_choices(graph: GIRGraph) -> list[Spread]:
     """The spread forms of `graph` that walk more than one DRAM stream at a time: on CPU
-    targets whose calibration says a thread gains from it."""
+    targets whose calibration says a thread gains from it. Rows a fraction of the grid apart
+    where they divide it, else adjacent rows."""
     if graph.target.timing.stream_gain <= 1:
         return []
     out = []
     for rows in SPREAD_ROWS:
-        g = spread_units(graph, rows)
+        for adjacent in (False, True):
+            g = spread_units(graph, rows, adjacent)
+            if g is not None:
+                break
         if g is not None and unit_streams(inlined_products([op for _, op in g.ops()], g.buffers), g.buffers) > 1:
-            out.append(g)
+            out.append(Spread(rows, adjacent, g))
     return out

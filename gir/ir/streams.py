@@ -19,7 +19,7 @@ from .target import DRAM, REGISTER
 
 MAX_INTERLEAVED_ROWS = 8  # the most outputs of a unit whose reductions the emitter walks side by side
 MIN_GROUP = 32            # a shorter group is one plain loop (cstyle: under 2 x ACCUMULATORS)
-PAGE_BYTES = 4096         # rows closer than a page share their prefetch stream
+PAGE_BYTES = 4096         # the prefetchers track a stream per page: rows within one share it
 GAINFUL_STREAMS = 8       # streams `gir calibrate` measures the gain at (results/gemv_streams.md: 8 beat 4)
 
 
@@ -52,8 +52,13 @@ def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]
     product inside the reduction's loop (cstyle.LoopedLanes `_inline_plan`, which also needs
     unmasked slices), so neither the product nor the loads' register arrays exist, and each
     load is a contiguous vector load per run rather than a copy loop."""
+    return [(r, e, loads) for r, e, loads in _products(ops, buffers) if all(runs_stream(m.src, r.group) for m in loads)]
+
+
+def _products(ops, buffers):
+    """(reduction, the product it alone reads, the DRAM loads that alone fill the product's
+    inputs; at least one)."""
     writers, readers = buffer_users(ops)
-    out = []
     for r in ops:
         if not isinstance(r, Reduce) or buffers[r.src.buffer].level != REGISTER:
             continue
@@ -66,22 +71,62 @@ def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]
             if (not more and isinstance(m, Move) and buffers[m.src.buffer].level == DRAM
                     and readers.get(s.buffer) == [e] and m.fill is None):
                 loads.append(m)
-        if loads and all(runs_stream(m.src, r.group) for m in loads):
+        if loads:
+            yield r, e, loads
+
+
+COLUMN_OPS = ("sum", "max", "min")  # reductions the emitter runs with their outputs in the SIMD lanes
+
+
+def columns(s, group: int) -> bool:
+    """Element g of every run of `group` sits one address after (or at) element g of the run
+    before: a loop over the runs (a unit's outputs) reads contiguous vectors for each g (a
+    lowered 1x1 conv whose unit holds 16 positions x 4 input channels, the channels a plane
+    apart; attention's probabilities times V read down V's columns)."""
+    runs = s.pattern.reshape(-1, group)
+    if runs.shape[0] < 2:
+        return False
+    steps = np.diff(runs, axis=0)
+    return bool(((steps == 1).all(axis=0) | (steps == 0).all(axis=0)).all())
+
+
+def column_step(s, group: int) -> int | None:
+    """The address step from element g to g + 1 of every run where it is one constant (the
+    runs are a 2-D affine grid, so a loop over g can address them); else None."""
+    runs = s.pattern.reshape(-1, group)
+    if group < 2:
+        return 0
+    steps = np.diff(runs, axis=1)
+    return int(steps[0, 0]) if (steps == steps[0, 0]).all() else None
+
+
+def column_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]]]:
+    """(reduction, product, loads) like `inlined_products`, where the loads are no runs but
+    `columns` instead, the reduction a sum, max or min, and the runs affine in g: the emitter
+    runs those outputs in the SIMD lanes and the group as a loop (cstyle `_inline_plan`), each
+    load a contiguous vector per element of the group, never a gather."""
+    out = []
+    for r, e, loads in _products(ops, buffers):
+        if (r.op in COLUMN_OPS and not all(runs_stream(m.src, r.group) for m in loads)
+                and all(columns(m.src, r.group) and column_step(m.src, r.group) is not None for m in loads)):
             out.append((r, e, loads))
     return out
 
 
 def row_streams(r: Reduce, loads: list[Move], buffers) -> int:
-    """DRAM streams reduction r walks side by side when the emitter interleaves it: its outputs,
-    where some load of its product has one row per output a page or more apart; else 1."""
+    """DRAM streams reduction r walks side by side when the emitter interleaves it: where some
+    load of its product has one row per output, the pages those rows span, at most one per
+    output (rows a page or more apart: its outputs; 8 adjacent rows of 3 KB: 6); else 1."""
     if not interleaves(r):
         return 1
+    best = 1
     for m in loads:
         src = m.src
         lead = [(n, st) for n, st in zip(src.shape, src.strides) if n > 1][:1]
-        if lead and lead[0][0] == r.dst.size and abs(lead[0][1]) * itemsize(buffers[src.buffer].dtype) >= PAGE_BYTES:
-            return r.dst.size
-    return 1
+        if lead and lead[0][0] == r.dst.size:
+            span = r.dst.size * abs(lead[0][1]) * itemsize(buffers[src.buffer].dtype)
+            best = max(best, min(r.dst.size, span // PAGE_BYTES))
+    return best
 
 
 def unit_streams(products, buffers) -> int:

@@ -261,6 +261,14 @@ def box_choices(dims: tuple[int, ...], target: Target) -> list[tuple[str, int, i
         for ept in (1, 2, 4):
             if dims[-2] >= lanes * ept and ept * last <= row_elements_per_lane(target):
                 out += [("rows", lanes * ept, last, u, 0) for u in upbs]
+    # On a CPU unit (a thread, its lanes SIMD), whole rows of any length, a SIMD width or more
+    # of them: the tiling of a reduction with an output per lane whose loads run across the
+    # rows (attention's probabilities times V, read down V's columns: gir/ir/streams.py
+    # `column_products`), which the emitter runs with the outputs in the SIMD lanes.
+    if lanes < 32 and target.timing.unit_bandwidth:
+        for ept in (1, 2, 4):
+            if dims[-2] >= lanes * ept and ept * last <= row_elements_per_lane(target):
+                out += [("rows", lanes * ept, last, u, 0) for u in upbs]
     # A block of units covering all rows of the second-last dimension between them: the tiling
     # of a reduction with several outputs per unit and one block per output row.
     for u in wide:

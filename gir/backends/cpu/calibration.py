@@ -240,7 +240,8 @@ def gemv_forms(k: int, n: int, spreads: tuple) -> tuple:
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     base = local_cpu()
     target = replace(base, timing=replace(base.timing, stream_gain=1.0))  # no spreading: the one-row form
-    (step,) = [s for s in plan(load(model), target).steps if hasattr(s, "graph")]
+    # the templates' first structure: one output a unit (the search may take a SIMD width of rows)
+    (step,) = [s for s in plan(load(model), target, limit=1).steps if hasattr(s, "graph")]
     forms = {1: step.graph}
     for rows in spreads:
         g = spread_units(step.graph, rows)
