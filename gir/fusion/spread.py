@@ -19,8 +19,8 @@ fraction of the grid apart would leave a ragged last row valid on some units onl
 affine limit states. There the units run `rows` adjacent old units instead (q*rows + k), the
 last unit's surplus rows masked by the limit n - rows*q on the new dimension; adjacent rows of
 a GEMV lie one row apart, and the time model counts the pages they span as their streams
-(gir/ir/streams.py: 768-float rows, 8 adjacent, 1.05x one thread and 1.14x two, against 1.14x
-and 1.20x for rows an eighth apart; results/gemv_streams.md).
+(gir/ir/streams.py: 768-float rows from DRAM, 8 adjacent, 1.09x one thread and 1.19x two, against
+1.16x and 1.27x for rows an eighth apart; results/gemv_streams.md, one run on a 2-core Intel VM).
 """
 from __future__ import annotations
 
