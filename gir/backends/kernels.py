@@ -249,16 +249,20 @@ def collect_outputs(graph: GIRGraph, arrays: dict) -> dict:
     return {b.name: arrays[b.name].reshape(b.shape or (b.size,)).copy() for b in graph.role_buffers("output")}
 
 
-def emit_plan(emitter, plan) -> tuple[str, list]:
-    """One translation unit with every kernel of the plan, and the launches in plan order:
-    library ops as BasicOps, kernels as (step index, Kernel) with names unique in the plan."""
-    sources, launches = [emitter.prelude()], []
+def plan_launches(plan) -> list:
+    """The launches in plan order: library ops as BasicOps, kernels as (step index, Kernel)
+    with names unique in the plan."""
+    launches = []
     for i, step in enumerate(plan.steps):
         if isinstance(step, BasicOp):
             launches.append(step)
             continue
-        for k in split_kernels(step.graph):
-            k = replace(k, name=f"s{i}_{k.name}")
-            sources.append(emitter.kernel_source(k))
-            launches.append((i, k))
+        launches += [(i, replace(k, name=f"s{i}_{k.name}")) for k in split_kernels(step.graph)]
+    return launches
+
+
+def emit_plan(emitter, plan, launches: list | None = None) -> tuple[str, list]:
+    """One translation unit with every kernel of the plan, and its launches (`plan_launches`)."""
+    launches = plan_launches(plan) if launches is None else launches
+    sources = [emitter.prelude()] + [emitter.kernel_source(launch[1]) for launch in launches if not isinstance(launch, BasicOp)]
     return "\n".join(sources), launches

@@ -155,15 +155,20 @@ class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
         head, _ = super().kernel_frame(k)
         return [*head, self.team_pragma(k), f"  for (int u = 0; u < {k.prim.num_units}; ++u) {{"], ["  }", "}"]
 
+    woken: frozenset = frozenset()  # names of small kernels that fork to keep the team awake (awake.py)
+
     def forks_team(self, k: Kernel) -> bool:
         """False for a kernel that moves too little to pay for forking a team (gir/ir/one_thread.py)."""
-        return not runs_on_one_thread(k.params, self.target)
+        return k.name in self.woken or not runs_on_one_thread(k.params, self.target)
 
     def team_pragma(self, k: Kernel) -> str:
         """The OpenMP team over the outer loop, or none (`forks_team`)."""
         if not self.forks_team(k):
             return "  /* one thread: under the bytes a fork and join of the team costs (gir/ir/one_thread.py) */"
-        return "  #pragma omp parallel for schedule(static)"
+        if not runs_on_one_thread(k.params, self.target):
+            return "  #pragma omp parallel for schedule(static)"
+        return ("  /* small, but forks: the team stays awake for the next big kernel (gir/backends/cpu/awake.py) */\n"
+                "  #pragma omp parallel for schedule(static)")
 
     def prologue(self, k: Kernel) -> list[str]:
         upb = k.prim.units_per_block

@@ -24,7 +24,8 @@ from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.library import run_library_op
 from gir.runtime.memory import MemoryPlan, locate, output_roots
 
-from ..kernels import emit_plan
+from ..kernels import emit_plan, plan_launches
+from .awake import woken_kernels
 from .compiler import build
 from .emitter import CpuEmitter
 
@@ -43,7 +44,12 @@ class NativeCpuEngine:
                  emitted: tuple | None = None):
         self.plan, self.memory = plan, memory
         g = plan.graph
-        source, launches = self.emitted = emitted or emit_plan(CpuEmitter(plan.target), plan)
+        if emitted is None:
+            launches = plan_launches(plan)
+            emitter = CpuEmitter(plan.target)
+            emitter.woken = woken_kernels(plan, launches)
+            emitted = emit_plan(emitter, plan, launches) + (sorted(emitter.woken),)
+        source, launches, woken = self.emitted = emitted
         lib = build(source, g.model_name)
         self.arena = onednn.aligned_bytes(memory.arena_bytes, 256)  # the memory plan's ALIGN, from its start
         self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
@@ -61,7 +67,7 @@ class NativeCpuEngine:
                 continue
             i, k = launch
             self.call_steps.append(i)
-            forks.append(not runs_on_one_thread(k.params, plan.target))
+            forks.append(k.name in woken or not runs_on_one_thread(k.params, plan.target))
             fn = getattr(lib, k.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
             if k.gathers:
