@@ -37,7 +37,7 @@ from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
-from gir.ir.streams import COLUMN_OPS, buffer_users, column_step, columns, row_streams, runs_stream
+from gir.ir.streams import COLUMN_GROUP, buffer_users, column_reduction, column_step, row_streams, runs_stream
 from gir.ir.vector_access import vector_width
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
@@ -1128,7 +1128,7 @@ class LoopedLanes:
 
     ACCUMULATORS = 16   # independent partials per output: SIMD-wide and pairwise-combined
     interleave_rows = True  # False: a unit's outputs reduced one after another (an A/B baseline)
-    COLUMN_GROUP = 128  # the longest group a reduction with its outputs in the SIMD lanes unrolls
+    COLUMN_GROUP = COLUMN_GROUP  # the longest group a reduction with its outputs in the SIMD lanes writes out (streams.py)
     COLUMN_PARTIALS = 4  # its partials per output from 2 x ACCUMULATORS elements on
     BLOCK_STEPS = 64    # steps per partial before the block's tree adds into the running result
 
@@ -1215,9 +1215,7 @@ class LoopedLanes:
                 continue
             loads = {s.buffer: m for s in e.inputs if (m := self._dram_load_of(s, writers, readers, e)) is not None}
             if not all(runs_stream(m.src, r.group) for m in loads.values()):
-                if not (loads and r.op in COLUMN_OPS and all(columns(m.src, r.group) for m in loads.values())
-                        and (r.group <= self.COLUMN_GROUP or all(column_step(m.src, r.group) is not None
-                                                                  for m in loads.values()))):
+                if not column_reduction(r, list(loads.values())):
                     continue  # a strided load inside the partial sums would be a gather per element
                 across.add(id(r))
             producer[id(r)] = (e, loads)

@@ -76,6 +76,7 @@ def _products(ops, buffers):
 
 
 COLUMN_OPS = ("sum", "max", "min")  # reductions the emitter runs with their outputs in the SIMD lanes
+COLUMN_GROUP = 128  # the longest such group the emitter writes out; a longer one is a loop over g
 
 
 def columns(s, group: int) -> bool:
@@ -102,15 +103,19 @@ def column_step(s, group: int) -> int | None:
 
 def column_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]]]:
     """(reduction, product, loads) like `inlined_products`, where the loads are no runs but
-    `columns` instead, the reduction a sum, max or min, and the runs affine in g: the emitter
-    runs those outputs in the SIMD lanes and the group as a loop (cstyle `_inline_plan`), each
-    load a contiguous vector per element of the group, never a gather."""
-    out = []
-    for r, e, loads in _products(ops, buffers):
-        if (r.op in COLUMN_OPS and not all(runs_stream(m.src, r.group) for m in loads)
-                and all(columns(m.src, r.group) and column_step(m.src, r.group) is not None for m in loads)):
-            out.append((r, e, loads))
-    return out
+    `columns` instead, the reduction a sum, max or min, and (past COLUMN_GROUP) the runs affine
+    in g: the emitter runs those outputs in the SIMD lanes, the group written out or as a loop
+    (cstyle `_inline_plan`), each load a contiguous vector per element of the group, never a
+    gather."""
+    return [(r, e, loads) for r, e, loads in _products(ops, buffers) if column_reduction(r, loads)]
+
+
+def column_reduction(r: Reduce, loads: list[Move]) -> bool:
+    """Reduction r, whose product reads `loads` from DRAM, runs with its outputs in the SIMD
+    lanes (see `column_products`): the rule the emitter and the time model share."""
+    return (r.op in COLUMN_OPS and bool(loads) and not all(runs_stream(m.src, r.group) for m in loads)
+            and all(columns(m.src, r.group) for m in loads)
+            and (r.group <= COLUMN_GROUP or all(column_step(m.src, r.group) is not None for m in loads)))
 
 
 def row_streams(r: Reduce, loads: list[Move], buffers) -> int:
