@@ -87,3 +87,9 @@ def test_a_session_with_woken_kernels_matches_onnxruntime():
     (got,) = session.run(None, feeds)
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    from gir.runtime.profile import profile
+    rows = profile(session, feeds, repeat=2)  # `gir run --profile` says which kernels fork to keep the team awake
+    marked = {r.step for r in rows if r.form.endswith("(forks: team awake)")}
+    woken = {launch[0] for launch in session.engine.emitted[1]
+             if not isinstance(launch, BasicOp) and launch[1].name in session.engine.emitted[2]}
+    assert marked == woken

@@ -72,7 +72,10 @@ def profile(session, feeds: dict, repeat: int = 20) -> list[StepTime]:
                          f"this session runs {type(engine).__name__}")
     session.run(None, feeds)  # checks the feeds and warms the library and the arena
     plan, g = session.plan, session.graph
-    _, thunks = engine.bind({n: np.asarray(feeds[n]) for n in g.inputs})
+    _, thunks = engine.bind({n: np.asarray(feeds[n]) for n in g.inputs})  # `_` holds the run's buffers
+    launches, woken = engine.emitted[1:]
+    # steps whose small kernels fork only to keep the team awake (gir/backends/cpu/awake.py)
+    awake = {launch[0] for launch in launches if not isinstance(launch, BasicOp) and launch[1].name in woken}
     by_step: dict[int, list] = {}
     for step, thunk in zip(engine.call_steps, thunks):
         by_step.setdefault(step, []).append(thunk)
@@ -91,7 +94,7 @@ def profile(session, feeds: dict, repeat: int = 20) -> list[StepTime]:
         else:
             forms = dict.fromkeys(form([op for _, op in k.ops], k.prim, k.buffers) for k in split_kernels(s.graph))
             out.append(StepTime(step, s.name, "kernel", len(calls), seconds, s.estimate.dram_bytes, s.estimate.seconds,
-                                " + ".join(forms)))
+                                " + ".join(forms) + (" (forks: team awake)" if step in awake else "")))
     return out
 
 
