@@ -8,7 +8,7 @@ softmax, P @ V: about 90 us on one thread) between two GEMVs that fork, and its 
 projection paid the wake-up in every layer: 12 x 0.15 ms at two threads against 12 x 0.08 ms
 with the team spinning throughout (a 2-core Intel VM, session 25). So, between two calls that
 fork, where the one-thread work would outlast the spin, the kernels that would carry it past
-the spin fork too: each then costs an awake fork (`launch_s`), the gaps between forks stay
+the spin fork too: each then costs an awake fork (`launch_latency_s`), the gaps between forks stay
 under the spin, and the next big kernel finds the team awake.
 
 The rule runs on the plan's launch order, after planning (the time model ranks each kernel on
