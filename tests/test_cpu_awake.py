@@ -64,17 +64,28 @@ def test_small_kernels_between_forking_kernels_fork_where_they_outlast_the_spin(
 
 
 def test_a_stretch_a_library_op_bounds_is_left_alone():
-    """A dense matmul big enough for the library between the GEMV and the small kernels: its
-    threads are chosen when the engine makes it, so nothing around it is woken."""
+    """GEMV (forks) -> softmax (one thread) -> a library matmul -> softmax (one thread) -> GEMV
+    (forks): the library op's threads are chosen when the engine makes it, so neither softmax
+    is woken, though each would be were the library op taken to fork."""
     rng = np.random.default_rng(1)
-    w = numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["t"]),
-             helper.make_node("Sigmoid", ["t"], ["y"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((768, 3072)).astype(np.float32) / 30, "w1"),
+             numpy_helper.from_array(rng.standard_normal((3072, 768)).astype(np.float32) / 50, "w2"),
+             numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) / 8, "w3"),
+             numpy_helper.from_array(np.array([48, 64], np.int64), "rows"),
+             numpy_helper.from_array(np.array([1, 3072], np.int64), "flat")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Reshape", ["h", "rows"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "w3"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["q"], axis=-1), helper.make_node("Reshape", ["q", "flat"], ["r2"]),
+             helper.make_node("MatMul", ["r2", "w2"], ["y"])]
     io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
-    model = helper.make_model(helper.make_graph(nodes, "lib", [io("x", [256, 256])], [io("y", [256, 256])], [w]),
+    model = helper.make_model(helper.make_graph(nodes, "lib", [io("x", [1, 768])], [io("y", [1, 768])], inits),
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    p, launches = _launches(model, _with_spin(1e-9))
-    assert any(isinstance(x, BasicOp) for x in launches)
+    target = _with_spin(1e-9)
+    p, launches = _launches(model, target)
+    kinds = ["library" if isinstance(x, BasicOp) else "forks" if not runs_on_one_thread(x[1].params, target)
+             else "one thread" for x in launches]
+    assert kinds == ["forks", "one thread", "library", "one thread", "forks"], kinds
+    assert all(x[1].prim.num_units > 1 for x, kind in zip(launches, kinds) if kind == "one thread")
     assert woken_kernels(p, launches) == frozenset()
 
 

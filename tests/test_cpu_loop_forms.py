@@ -190,8 +190,8 @@ def test_a_reduction_over_a_plane_apart_runs_its_outputs_as_lanes(monkeypatch):
     terms, groups = [], set()
     inlined_term = LoopedLanes._inlined_term
 
-    def recorded(self, r, index, column=None):
-        pre, x = inlined_term(self, r, index, column)
+    def recorded(self, r, column=None, rows=False):
+        pre, x = inlined_term(self, r, column, rows)
         if column is not None:
             terms.append("\n".join([*pre, x]))
             groups.add(r.group)

@@ -1135,7 +1135,7 @@ class LoopedLanes:
     def op_Reduce(self, op) -> list[str]:
         acc, ident, term = self._reduce_parts(op)
         index = Idx(f"k*{op.group} + g")
-        pre, x = self._inlined_term(op, index)
+        pre, x = self._inlined_term(op)
         ok = []
         if x is None:
             x, ok = self.load(op.src, index, None)
@@ -1154,8 +1154,7 @@ class LoopedLanes:
 
             def add(g, n: str, looped: bool) -> list[str]:
                 """Element g of output k's group into partial n (g: an int, or the C variable)."""
-                pre, x = self._inlined_term(op, Idx(f"k*{op.group} + g" if looped else f"k*{op.group} + {g}"),
-                                            column="g" if looped else g)
+                pre, x = self._inlined_term(op, column="g" if looped else g)
                 head = [f"const int g = {g};"] if looped else []
                 return block("{", [*head, *pre, f"{n} = {self.combine(op.op, n, f'({term(x)})', chain=True)};"])
 
@@ -1247,8 +1246,10 @@ class LoopedLanes:
             return None
         return m
 
-    def _inlined_term(self, r, index: Idx, column: int | str | None = None, rows: bool = False) -> tuple[list[str], str | None]:
-        """(statements, value) of element `index` of r's source computed in place, or ([], None).
+    def _inlined_term(self, r, column: int | str | None = None, rows: bool = False) -> tuple[list[str], str | None]:
+        """(statements, value) of element g of output k's group of r's source (k and g C
+        variables) computed in place, or ([], None); each input read through its own row where
+        it has one (`_row_slice`: no division), else by its flat index k*group + g.
         `column`: element `column` of output k's group (an int, or "g": the C variable g), the outputs in the SIMD lanes
         (`_inline_plan`'s third set): each loaded input is read as its runs' column-th elements,
         one address per output apart (or one for all), an address affine in k with no division.
@@ -1258,6 +1259,7 @@ class LoopedLanes:
         if id(r) not in self._inline_plan()[0]:
             return [], None
         e, loads = self._inline_plan()[0][id(r)]
+        index = Idx(f"k*{r.group} + {column}" if isinstance(column, int) else f"k*{r.group} + g")
         inputs = []
         for s in e.inputs:
             if rows:
@@ -1269,9 +1271,9 @@ class LoopedLanes:
                 x, ok = self.load(_column_at(loads[s.buffer].src, r.group), Idx("k"), None)
             elif s.buffer in loads and column is not None:
                 x, ok = self.load(_column(loads[s.buffer].src, r.group, column), Idx("k"), None)
-            else:  # element g of output k's group: through its own row where it has one (no division)
+            else:
                 src = loads[s.buffer].src if s.buffer in loads else s
-                own = _row_slice(self._as_here(src), r.group) if index.expr == f"k*{r.group} + g" else None
+                own = None if isinstance(column, int) else _row_slice(self._as_here(src), r.group)
                 x, ok = self.load(own, Idx("g"), None) if own is not None else self.load(src, index, None)
             if ok:  # _plain admitted only slices without a mask to test: the plan and the emitter disagree
                 raise EmitError(f"{self.k.name}: an inlined input of a reduction has a mask ({' && '.join(ok)})")
@@ -1289,7 +1291,7 @@ class LoopedLanes:
         e, loads = self._inline_plan()[0][id(op)]
         if row_streams(op, list(loads.values()), self.k.buffers) < 2:
             return None
-        pre, x = self._inlined_term(op, Idx(f"k*{op.group} + g"), rows=True)
+        pre, x = self._inlined_term(op, rows=True)
         return None if x is None else (" ".join(pre), term(x))
 
     def interleaved_reduce_loop(self, op, acc: str, ident: str, pre: str, x: str) -> list[str]:

@@ -269,7 +269,8 @@ def _stream_gain(lib, repeats: int) -> float:
     target, forms = gemv_forms(k, n, (ROWS,))
     if ROWS not in forms:
         return 1.0
-    emitter, kernels, sources = CpuEmitter(target), {}, [CpuEmitter(target).prelude()]
+    emitter, kernels = CpuEmitter(target), {}
+    sources = [emitter.prelude()]
     for rows, g in forms.items():
         (kernel,) = split_kernels(g)
         kernels[rows] = kernel

@@ -18,7 +18,6 @@ import numpy as np
 
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
-from gir.ir.one_thread import runs_on_one_thread
 from gir.runtime import onednn
 from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.library import run_library_op
@@ -50,6 +49,8 @@ class NativeCpuEngine:
             emitter.woken = woken_kernels(plan, launches)
             emitted = emit_plan(emitter, plan, launches) + (sorted(emitter.woken),)
         source, launches, woken = self.emitted = emitted
+        team = CpuEmitter(plan.target)  # whether a kernel forks the pool: the emitter's own rule
+        team.woken = frozenset(woken)
         lib = build(source, g.model_name)
         self.arena = onednn.aligned_bytes(memory.arena_bytes, 256)  # the memory plan's ALIGN, from its start
         self.constants = {n: np.ascontiguousarray(t.value, np_dtype(t.dtype)).reshape(-1)
@@ -67,7 +68,7 @@ class NativeCpuEngine:
                 continue
             i, k = launch
             self.call_steps.append(i)
-            forks.append(k.name in woken or not runs_on_one_thread(k.params, plan.target))
+            forks.append(team.forks_team(k))
             fn = getattr(lib, k.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * len(k.params), None
             if k.gathers:
