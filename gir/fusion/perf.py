@@ -31,6 +31,7 @@ import numpy as np
 
 from gir.ir import BLOCK, DEVICE, UNIT, GIRGraph, Sync
 from gir.ir.across_units import vectorises_across_units
+from gir.ir.transpose_tiles import transpose_copy
 from gir.ir.one_thread import runs_on_one_thread
 from gir.ir.stretches import kernel_dram_buffers, kernel_stretches
 from gir.ir.streams import column_products, inlined_products, stream_factor, unit_streams
@@ -353,6 +354,8 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     # ... or with its outputs in the SIMD lanes, each load a vector per element of the group
     in_lanes = column_products(ops, buffers) if cpu and lanes > 1 else []
     streamed = {id(m) for _, _, loads in (*products, *in_lanes) for m in loads}
+    if cpu and lanes > 1 and transpose_copy(ops, buffers, graph.prim):  # 16x16 tiles, no gather (gir/ir/transpose_tiles.py)
+        streamed |= {id(op) for op in ops}
     p.unstored = frozenset(s.buffer for r, e, loads in (*products, *in_lanes) for s in (r.src, *(m.dst for m in loads)))
     if t.timing.stream_gain > 1:
         p.streams = unit_streams(products, buffers)

@@ -10,6 +10,7 @@ import numpy as np
 from .access import output_lanes
 from .dtypes import accumulator, itemsize
 from .gops import COMPUTE, Broadcast, Elementwise, Move, Reduce, Sync
+from .slices import Slice
 from .graph import GIRGraph
 from .target import DEVICE, DRAM, REGISTER, SCOPE_NAMES, SHARED
 
@@ -66,6 +67,22 @@ def affine_range(expr, prim) -> tuple[int, int]:
         top = coef * (extent[name] - 1)
         lo, hi = lo + min(0, top), hi + max(0, top)
     return lo, hi
+
+
+def tidy_slice(s: Slice, prim) -> Slice:
+    """s without the bounds that hold for every unit of `prim`, compared over the grid by their
+    exact range (no per-unit evaluation); the rewriter's tidy pass, the time model and the
+    CPU emitter's forms all ask it."""
+    if not s.is_masked:
+        return s
+    limits = list(s.limits) or [None] * len(s.shape)
+    starts = list(s.starts) or [None] * len(s.shape)
+    for d, n in enumerate(s.shape):
+        if limits[d] is not None and affine_range(prim.normalize(limits[d]), prim)[0] >= n:
+            limits[d] = None
+        if starts[d] is not None and affine_range(prim.normalize(starts[d]), prim)[1] <= 0:
+            starts[d] = None
+    return Slice(s.buffer, s.offset, s.shape, s.strides, tuple(limits), tuple(starts))
 
 
 @lru_cache(maxsize=8192)

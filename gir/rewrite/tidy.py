@@ -2,24 +2,10 @@
 identical loads compare equal and fills that can never apply disappear."""
 from __future__ import annotations
 
-from gir.ir import Move, Slice
-from gir.ir.validate import affine_range
+from gir.ir import Move
+from gir.ir.validate import tidy_slice
 
 from .query import slices_of
-
-
-def tidy_slice(s: Slice, prim) -> Slice:
-    """Bounds compared over the grid by their exact range (no per-unit evaluation)."""
-    if not s.is_masked:
-        return s
-    limits = list(s.limits) or [None] * len(s.shape)
-    starts = list(s.starts) or [None] * len(s.shape)
-    for d, n in enumerate(s.shape):
-        if limits[d] is not None and affine_range(prim.normalize(limits[d]), prim)[0] >= n:
-            limits[d] = None
-        if starts[d] is not None and affine_range(prim.normalize(starts[d]), prim)[1] <= 0:
-            starts[d] = None
-    return Slice(s.buffer, s.offset, s.shape, s.strides, tuple(limits), tuple(starts))
 
 
 def tidy(g) -> int:

@@ -29,7 +29,35 @@ CC = os.environ.get("CC", "cc")
 # -mno-red-zone: gcc 12.2 at -O3 -march=native placed a leaf kernel's stack arrays in the red
 # zone 8 bytes off the 16 its vmovdqa needs (a segfault in a one-thread Upsample kernel, where
 # the frame pointer was set up without realigning); with the frame allocated it aligns them.
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-mno-red-zone", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-mno-red-zone", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+
+
+WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512", "-mmove-max=512", "-mstore-max=512")
+
+
+def wide_vector_flags(cpu_flags: str, accepts=None) -> tuple[str, ...]:
+    """512-bit vectors where the CPU has AVX-512 and the compiler takes all three options.
+    gcc 12 vectorises for 256-bit registers on every AVX-512 CPU it knows (against the clock
+    drop 512-bit code caused on Skylake-SP). On this project's Sapphire Rapids VM, one thread:
+    SiLU over 401k floats 247 -> 156 us; BERT's softmax kernel 141 -> 108 us; EfficientNet-B0's
+    depthwise conv + SiLU kernels 2-20% faster. The width alone is not enough: gcc still
+    copied a row into its stack array in 256-bit moves (move-max), and reading it back in
+    512-bit loads missed store forwarding (BERT's softmax kernel 141 -> 175 us); hence
+    all three or none (gcc 11 and clang lack -mmove-max)."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or " avx512f " not in f" {cpu_flags} ":
+        return ()
+    return WIDE_VECTOR_FLAGS if (accepts or compiler_accepts)(WIDE_VECTOR_FLAGS) else ()
+
+
+@lru_cache(maxsize=None)
+def compiler_accepts(flags: tuple[str, ...]) -> bool:
+    """Whether CC compiles an empty C file with `flags` (no warning about them either)."""
+    if shutil.which(CC) is None:
+        return False
+    done = subprocess.run([CC, *flags, "-Werror", "-x", "c", "-c", "-o", os.devnull, "-"], input="",
+                          capture_output=True, text=True)
+    return done.returncode == 0
+
 
 # libgomp reads its settings once, when the first OpenMP library is loaded. Its default policy
 # spins ~300k times between parallel regions; next to numpy's OpenBLAS pool (the fallback for
@@ -64,6 +92,10 @@ def host_cpu() -> str:
         return platform.machine() + " " + platform.processor()
     keep = [ln.split(":", 1)[1].strip() for ln in lines if ln.split(":", 1)[0].strip() in ("model name", "flags")]
     return " | ".join(dict.fromkeys(keep))
+
+
+# -march=native plus the vector width this CPU is fastest at (FLAGS' cache key holds both).
+FLAGS = BASE_FLAGS[:2] + wide_vector_flags(host_cpu()) + BASE_FLAGS[2:]
 
 
 def build(source: str, name: str = "gir") -> ctypes.CDLL:

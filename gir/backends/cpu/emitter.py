@@ -10,6 +10,7 @@ from ..cstyle import CStyle, LoopedLanes
 from ..kernels import EmitError, Kernel
 from ..prelude import CSpelling, shared_prelude
 from ..across_units import AcrossUnits
+from ..transpose_tiles import TransposeTiles
 
 CPU_PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
@@ -117,7 +118,7 @@ int gir_gather_oob = 0;  /* set when a Gather index was out of range; the engine
 """
 
 
-class CpuEmitter(AcrossUnits, LoopedLanes, CStyle):
+class CpuEmitter(TransposeTiles, AcrossUnits, LoopedLanes, CStyle):
     kernel_prefix = "void"
     gather_flag_type = None  # the library's gir_gather_oob global instead (one process, one flag)
     simd_pragma = "#pragma omp simd"

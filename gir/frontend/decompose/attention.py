@@ -18,6 +18,7 @@ from gir.ir.dtypes import compute, finfo, is_half
 from gir.ir.expr import Call, Const, Input, call
 
 from .context import Builder, Node, normalize_axis
+from .normalization import times_reciprocal
 from .registry import register
 
 x0, x1, x2 = Input(0), Input(1), Input(2)
@@ -41,7 +42,8 @@ def rms_norm(b: Builder, n: Node):
     sq = b.elementwise(call("mul", x0, x0), [xs], step="square")
     s = b.reduce(sq, "sum", axes, True, step="sumsq")
     inv_n = b.c(1 / count if count else math.inf, xs)
-    normed = call("div", x0, call("sqrt", call("add", call("mul", x1, inv_n), b.c(float(n.attr("epsilon", 1e-5)), xs))))
+    eps = b.c(float(n.attr("epsilon", 1e-5)), xs)  # mean square + eps: normal, or 0 where x is 0 too
+    normed = times_reciprocal(x0, call("rsqrt", call("add", call("mul", x1, inv_n), eps)), b.dtype(s))
     if xs != x:
         normed = Call("cast", (normed,), dt)
     b.elementwise(call("mul", normed, x2), [xs, s, scale], step="normalize", out=out, dtype=dt, shape=b.shape(x))
@@ -150,7 +152,7 @@ def attention(b: Builder, n: Node):
     e = b.elementwise(call("exp", call("sub", x0, call("max", x1, Const(_lowest(work), work)))), [scores, m],
                       step="exp")
     total = b.reduce(e, "sum", (3,), True, step="sum")
-    probs = call("div", x0, call("max", x1, Const(1.0, work)))
+    probs = times_reciprocal(x0, call("recip", call("max", x1, Const(1.0, work))), work)
     if work != dt:
         probs = Call("cast", (probs,), dt)
     p = b.elementwise(probs, [e, total], step="softmax", dtype=dt, shape=shape)
