@@ -131,6 +131,16 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert "nominal" in get_target("cpu").timing.source  # unreadable: nominal again, no crash
 
 
+def test_a_calibration_belongs_to_the_build_flags_it_measured(tmp_path, monkeypatch):
+    """Figures measured with one build (256-bit vectors) are not another's (512-bit): the stored
+    calibration's key holds the kernels' flags, so other flags find none and plan nominally."""
+    from gir.backends.cpu import calibration, compiler
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))
+    mine = calibration._path()
+    monkeypatch.setattr(compiler, "FLAGS", tuple(f for f in compiler.FLAGS if "vector-width" not in f) + ("-O2",))
+    assert calibration._path() != mine and calibration._path().parent == mine.parent
+
+
 def test_gir_compile_plans_wide_accesses_end_to_end_and_reports_compiled_occupancy(tmp_path):
     """`gir compile` of a 4 MB bias + tanh-gate model for sm_90: the PTX of the planned kernel
     has 128-bit loads and stores, and plan.json gives each launch ptxas's registers and the

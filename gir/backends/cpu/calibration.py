@@ -17,8 +17,9 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - stream gain: GIR's GEMV kernel on one thread, eight rows side by side over a row at a time
     (gir/ir/streams.py).
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
-CPU model and flags (`host_cpu`), so a cache folder shared between machines never hands one
-machine another's figures. Plans made with it are cached under a key that holds the figures.
+CPU model and flags (`host_cpu`) and the kernels' build flags, so a cache folder shared between
+machines never hands one machine another's figures, nor a build figures measured with another
+(the issue rate of 256-bit code is not that of 512-bit code). Plans made with it are cached under a key that holds the figures.
 """
 from __future__ import annotations
 
@@ -125,9 +126,10 @@ class Calibration:
 
 
 def _path() -> Path:
-    from gir.backends.cpu.compiler import host_cpu
+    from gir.backends.cpu.compiler import FLAGS, host_cpu
     from gir.cache import cache_root
-    return cache_root() / "calibration" / (hashlib.sha256(host_cpu().encode()).hexdigest()[:24] + ".json")
+    key = host_cpu() + " | " + " ".join(FLAGS)  # the build the probes ran: other flags, other figures
+    return cache_root() / "calibration" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
 
 def stored() -> Calibration | None:
