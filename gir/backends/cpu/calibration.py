@@ -19,7 +19,8 @@ What is measured, each with the same compiler flags as the emitted kernels:
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
 CPU model and flags (`host_cpu`) and the kernels' build flags, so a cache folder shared between
 machines never hands one machine another's figures, nor a build figures measured with another
-(the issue rate of 256-bit code is not that of 512-bit code). Plans made with it are cached under a key that holds the figures.
+(the issue rate of 256-bit code is not that of 512-bit code). Plans made with it are cached
+under a key that holds the figures.
 """
 from __future__ import annotations
 

@@ -23,10 +23,11 @@ def times_reciprocal(x, inverse: Call, dtype: str) -> Call:
     """x * inverse, where `inverse` is recip or rsqrt of a row statistic, in place of x / the
     statistic: a compiler hoists a reciprocal of a value its loop does not change, where it may
     not turn the division into a multiply (ViT's softmax kernel over rows of 197, one thread:
-    13% faster with the reciprocal hoisted); onnxruntime's softmax multiplies by it too. The result is within an ulp or so of the quotient. Only
-    where the statistic is bounded away from 0 or exactly 0 (a subnormal divisor would make the
-    reciprocal overflow where the quotient does not), and in fp32/fp64 arithmetic (fp16 and
-    bf16 keep the division: their compute type is the same, but the rounding budget is theirs)."""
+    13% faster with the reciprocal hoisted); onnxruntime's softmax multiplies by it too. The
+    result is within an ulp or so of the quotient. Only where the statistic is bounded away
+    from 0 or exactly 0 (a subnormal divisor would make the reciprocal overflow where the
+    quotient does not), and for fp32/fp64 statistics: fp16 and bf16 ones keep the division
+    (not measured there)."""
     if dtype in ("float32", "float64"):
         return call("mul", x, inverse)
     plain = {"recip": lambda a: a, "rsqrt": lambda a: call("sqrt", a)}[inverse.op](inverse.args[0])
