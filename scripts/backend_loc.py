@@ -52,6 +52,7 @@ SHARED = {
     "scaffold.py": "`gir port new`",
     "across_units.py": "SIMD across units for dialects whose lanes are loop iterations (the CPU)",
     "channel_lanes.py": "its form for windowed kernels: lanes on channels, planes staged",
+    "transpose_tiles.py": "its form for transposing copies: 16x16 tiles",
 }
 
 
