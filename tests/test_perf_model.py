@@ -360,3 +360,37 @@ def test_a_transposing_copy_ranks_the_shared_tile_first_on_a_gpu():
                           [numpy_helper.from_array(np.array([1, 128, 12, 64], np.int64), "s")])
     (k,) = plan(load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)), H100).kernels
     assert ":tile" in k.graph.name and wide_share(k.graph, 16) == 1.0
+
+
+def test_a_cpu_element_loop_pays_once_for_what_only_a_row_statistic_feeds():
+    """x * rsqrt(var + eps): the compiler hoists the rsqrt of the broadcast statistic out of
+    the element loop, so the model charges the multiply per element and not the rsqrt."""
+    from gir.fusion.perf import _expr_cost
+    from gir.ir import Const, Input, call
+    expr = call("mul", Input(0), call("rsqrt", call("add", Input(1), Const(1e-5, "float32"))))
+    assert _expr_cost(expr, (), frozenset({1})) == _expr_cost(call("mul", Input(0), Input(1)))
+    assert _expr_cost(expr) > _expr_cost(expr, (), frozenset({1}))
+    assert _expr_cost(expr, (), frozenset({0})) == _expr_cost(expr)  # the element's own value: per element
+
+
+def test_arrays_the_cpu_emitter_turns_into_scalars_are_no_spills():
+    """An elementwise op tiled as 8 whole rows of 768 a unit: its 24 KiB register arrays are
+    fused element loops' scalars in the emitted C, not stack arrays past L1: no spill term. A
+    reduction's input array, which its own loop reads back, still counts."""
+    from gir.backends.cpu.emitter import CpuEmitter
+    from gir.backends.kernels import split_kernels
+    from gir.fusion.perf import _program, _scalarized
+    from gir.ir.validate import register_bytes_per_lane
+    cpu = get_target("cpu")
+    g = _single_op("Sigmoid", (128, 768))
+    rows = [c for c in candidates(g.ops[0], g.tensors, cpu).candidates if c.structure == "rows" and c.params.get("rows", 0) >= 8]
+    assert rows
+    for cand in rows:
+        # without knowing the arrays are scalars, the model would charge them as spills
+        assert register_bytes_per_lane(cand.graph) * cpu.lanes_per_unit > cpu.timing.spill_bytes_per_unit
+        regs = {n for n, b in cand.graph.buffers.items() if b.level == "register"}
+        ops = [op for _, op in cand.graph.ops()]
+        assert _scalarized(ops, cand.graph.buffers) == regs and _program(cand.graph).unstored >= regs
+        assert estimate(cand.graph).parts["shared"] == 0
+        source = "\n".join(CpuEmitter(cpu).kernel_source(k) for k in split_kernels(cand.graph))
+        assert not any(re.search(rf"\br_\w*\[[^\]]*k[^\]]*\]", ln) for ln in source.splitlines() if "=" in ln), source

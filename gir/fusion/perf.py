@@ -38,7 +38,7 @@ from gir.ir.streams import column_products, inlined_products, stream_factor, uni
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
-from gir.ir.expr import Call, postorder
+from gir.ir.expr import Call, Const, Input, postorder
 from gir.ir.gops import Broadcast, Elementwise, Gather, Move, Reduce
 from gir.ir.target import DRAM, REGISTER, SHARED
 from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
@@ -290,6 +290,38 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
                            "team_last": teams[-1] if teams else False})
 
 
+def _scalarized(ops, buffers) -> frozenset:
+    """Register buffers only whole-buffer element loops touch (Moves and Elementwise ops, each
+    over all of the buffer in order, every slice of the op as long): the CPU emitter fuses
+    those loops and turns the arrays into scalars (gir/backends/loop_fusion.py), so they take
+    no stack memory and cannot spill. Charged as spills, a LayerNorm's 8-row tilings (24 KiB
+    arrays) were modelled at 3-4x their measured time."""
+    touched: dict[str, list] = {}
+    for op in ops:
+        for s in (*op.reads(), *op.writes()):
+            if buffers[s.buffer].level == REGISTER:
+                touched.setdefault(s.buffer, []).append((op, s))
+    out = set()
+    for name, uses in touched.items():
+        size = buffers[name].size
+        if all(isinstance(op, (Move, Elementwise)) and _whole(s, size)
+               and all(x.size == size for x in (*op.reads(), *op.writes())) for op, s in uses):
+            out.add(name)
+    return frozenset(out)
+
+
+def _whole(s, size: int) -> bool:
+    """Slice s is all of a buffer of `size` elements, unmasked, in address order."""
+    if s.size != size or s.is_masked or not (s.offset.is_const and s.offset.const == 0):
+        return False
+    expected = 1
+    for n, st in reversed([(n, st) for n, st in zip(s.shape, s.strides) if n > 1]):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _launches(teams: list[bool], t, awake: bool = True) -> float:
     """Launch cost of a kernel sequence (True: the kernel forks a team). A fork that finds the
     team spinning (`awake` for the first: the context says) costs the target's launch latency;
@@ -357,12 +389,18 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     if cpu and lanes > 1 and transpose_copy(ops, buffers, graph.prim):  # 16x16 tiles, no gather (gir/ir/transpose_tiles.py)
         streamed |= {id(op) for op in ops}
     p.unstored = frozenset(s.buffer for r, e, loads in (*products, *in_lanes) for s in (r.src, *(m.dst for m in loads)))
+    if cpu:
+        p.unstored |= _scalarized(ops, buffers)
     if t.timing.stream_gain > 1:
         p.streams = unit_streams(products, buffers)
 
     def per_lane(op, s) -> int:
         return s.size if op.uniform else ceil(s.size / lanes)
 
+    # CPU: register buffers filled with one value (a broadcast row statistic); what an expression
+    # computes from those alone the compiler hoists out of the element loop (_expr_cost)
+    uniform = {op.dst.buffer for op in ops if cpu and isinstance(op, Move) and buffers[op.dst.buffer].level == REGISTER
+               and op.src.size * _distinct_share(op.src) <= 1}
     for _, op in graph.ops():
         if isinstance(op, Sync):
             if op.scope == UNIT:
@@ -401,9 +439,11 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             p.read_bytes += op.dst.size * itemsize(buffers[op.src.buffer].dtype)
             p.instructions += per_lane(op, op.dst) * (2 + ADDRESS)
         elif isinstance(op, Elementwise):
-            cost = _expr_cost(op.expr, t.timing.op_cost)
-            p.instructions += per_lane(op, op.out) * cost
-            p.chain += max(cost, per_lane(op, op.out) * cost / lanes)
+            fixed = frozenset(i for i, x in enumerate(op.inputs) if x.buffer in uniform)
+            cost = _expr_cost(op.expr, t.timing.op_cost, fixed)
+            once = _expr_cost(op.expr, t.timing.op_cost) - cost  # hoisted: once per unit, not per element
+            p.instructions += per_lane(op, op.out) * cost + once
+            p.chain += max(cost, per_lane(op, op.out) * cost / lanes) + once
         elif isinstance(op, Reduce):
             p.instructions += per_lane(op, op.src) if not op.uniform else ceil(op.src.size / lanes)
             p.chain += ceil(log2(max(op.group, 2)))  # a tree over partial sums
@@ -447,11 +487,23 @@ def _without_trivial_masks(op: Move, prim) -> Move:
     return op.with_slices({s: tidy_slice(s, prim) for s in (op.src, op.dst)})
 
 
-def _expr_cost(expr, measured: tuple = ()) -> float:
+def _expr_cost(expr, measured: tuple = (), fixed: frozenset = frozenset()) -> float:
     """Unit-instructions per element of an expression: the target's measured op costs where it
-    has them (`Timing.op_cost`, from `gir calibrate`), else the nominal table."""
+    has them (`Timing.op_cost`, from `gir calibrate`), else the nominal table. `fixed`: inputs
+    that hold one value for all of the op's elements; a sub-expression of only those (and
+    constants) is computed once, outside the element loop (C compilers hoist it)."""
     costs = _op_table(measured)
-    return sum(costs.get(n.op, 1) for n in postorder(expr) if isinstance(n, Call))
+    hoisted: dict = {}
+    total = 0
+    for n in postorder(expr):
+        if isinstance(n, Input):
+            hoisted[n] = n.index in fixed
+        elif isinstance(n, Call):
+            hoisted[n] = all(hoisted.get(a, isinstance(a, Const)) for a in n.args)
+            total += 0 if hoisted[n] else costs.get(n.op, 1)
+        else:
+            hoisted[n] = True
+    return total
 
 
 @lru_cache(maxsize=8)
