@@ -1,13 +1,18 @@
-"""The CPU emitter's loop forms (issue 23): interior units unmasked and element loops fused
+"""The CPU emitter's loop forms and build against a baseline with them switched off (issue 23).
+`--baseline forms` (the default): interior units unmasked and element loops fused
 (gir/backends/cstyle.py LoopedLanes, gir/backends/loop_fusion.py) against one masked loop per
-gOperator. Each zoo model's native CPU session is built twice in one process from the same
-plan (the forms change the C source, not the plan), every GIR kernel of both timed alone
-(gir.runtime.profile), the two profiled in turn three times (a sequential A/B showed drift as
-losses of 30% on kernels an interleaved A/B of the same C found equal).
+gOperator. `--baseline vectors`: the kernels built with `-mprefer-vector-width=512
+-mmove-max=512 -mstore-max=512` (gir/backends/cpu/compiler.py `wide_vector_flags`) against
+without. `--baseline tiles`: transposing copies as 16x16 tiles (gir/backends/transpose_tiles.py)
+against the per-unit loop. Each zoo model's native CPU session is built twice in one process
+from the same plan (the baselines change the C source or its build, not the plan), every GIR
+kernel of both timed alone (gir.runtime.profile), the two profiled in turn three times (a
+sequential A/B showed drift as losses of 30% on kernels an interleaved A/B of the same C found
+equal).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python3 scripts/loop_forms_ab.py [--models bert vit] [--repeat 5]
+    OMP_NUM_THREADS=1 PYTHONPATH=. python3 scripts/loop_forms_ab.py [--models bert vit] [--repeat 5] [--baseline vectors]
 
-Writes results/loop_forms.md and .json."""
+Writes results/loop_forms.md and .json (`--out` for another place)."""
 from __future__ import annotations
 
 import argparse
@@ -15,9 +20,11 @@ import json
 import os
 import platform
 from datetime import date
+from functools import partial
 from pathlib import Path
 
 import models
+from gir.backends.cpu import compiler, engine
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.runtime import Session
 from gir.runtime.profile import copy_bandwidth, profile
@@ -26,19 +33,31 @@ MODELS = ["bert", "gpt2", "vit", "efficientnet_b0", "shufflenet_v2", "rednet50",
 ROUNDS = 3
 
 
-def baseline_session(model):
-    """The session with both forms switched off (what the emitter wrote before them)."""
-    saved = CpuEmitter.fuse_loops, CpuEmitter.split_interior, CpuEmitter.inline_products
-    CpuEmitter.fuse_loops = CpuEmitter.split_interior = CpuEmitter.inline_products = False
+# baseline -> the attributes set while its session is made: (owner, name, value)
+BASELINES = {
+    "forms": [(CpuEmitter, "fuse_loops", False), (CpuEmitter, "split_interior", False), (CpuEmitter, "inline_products", False)],
+    # the build only: FLAGS also keys the calibration, which would change the plan
+    "vectors": [(engine, "build", partial(compiler.build, flags=compiler.BASE_FLAGS))],
+    "tiles": [(CpuEmitter, "tile_transposes", False)],
+}
+
+
+def baseline_session(model, baseline: str = "forms"):
+    """The session with the baseline's switches off (what the emitter or the build did before)."""
+    switches = BASELINES[baseline]
+    saved = [getattr(owner, name) for owner, name, _ in switches]
+    for owner, name, value in switches:
+        setattr(owner, name, value)
     try:
         return Session(model, target="cpu")
     finally:
-        CpuEmitter.fuse_loops, CpuEmitter.split_interior, CpuEmitter.inline_products = saved
+        for (owner, name, _), value in zip(switches, saved):
+            setattr(owner, name, value)
 
 
-def measure(name: str, repeat: int, copy_bps: float) -> dict:
+def measure(name: str, repeat: int, copy_bps: float, baseline: str = "forms") -> dict:
     model = models.build(name)
-    before_s, after_s = baseline_session(model), Session(model, target="cpu")
+    before_s, after_s = baseline_session(model, baseline), Session(model, target="cpu")
     feeds = models.example_inputs(model, 0)
     before, after = {}, {}
     for _ in range(ROUNDS):  # alternating, each kernel's fastest median kept: drift hits both alike
@@ -66,19 +85,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", choices=sorted(BASELINES), default="forms")
     ap.add_argument("--out", default="results/loop_forms")
     args = ap.parse_args()
     copy_bps = copy_bandwidth()
     results = []
     for name in args.models:
-        results.append(measure(name, args.repeat, copy_bps))
+        results.append(measure(name, args.repeat, copy_bps, args.baseline))
         r = results[-1]
         print(f"{name}: {r['before_ms']:.2f} -> {r['after_ms']:.2f} ms", flush=True)
     fmt = lambda v: "" if v is None else f"{v:.1f}"  # noqa: E731
-    lines = ["# CPU kernels: interior split and fused loops against one masked loop per gOperator\n",
+    what = {"forms": "interior split and fused loops against one masked loop per gOperator",
+            "vectors": "512-bit vectors (`wide_vector_flags`) against the build without them",
+            "tiles": "transposing copies as 16x16 tiles against the per-unit loop"}[args.baseline]
+    lines = [f"# CPU kernels: {what}\n",
              f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
              f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "
-             f"scripts/loop_forms_ab.py --repeat {args.repeat}`. Copy bandwidth (C loop, built like the kernels): "
+             f"scripts/loop_forms_ab.py --repeat {args.repeat} --baseline {args.baseline}`. Copy bandwidth (C loop, built like the kernels): "
              f"{copy_bps / 1e9:.1f} GB/s. Same plan both ways; each kernel timed alone, median of {args.repeat}, "
              f"the two sessions profiled in turn {ROUNDS} times and each kernel's fastest median kept. "
              "Shares are of kernels moving 1 MB or more.\n",

@@ -13,9 +13,11 @@ class TransposeTiles:
     16x16 tiles, `gir_tile16` where the prelude defines GIR_TILE16 and the element type is
     float, element loops over the tile otherwise; every other kernel as the bases emit it."""
     across = False
+    tile_transposes = True  # False: the per-unit loop with a gather (an A/B baseline)
 
     def kernel_body(self, k: Kernel) -> list[str]:
-        tiles = None if self.across else transpose_copy([op for _, op in k.ops], k.buffers, k.prim)
+        tiled = self.tile_transposes and not self.across
+        tiles = transpose_copy([op for _, op in k.ops], k.buffers, k.prim) if tiled else None
         if tiles is None:
             return super().kernel_body(k)
         self.k, self.names = k, self._names(k)

@@ -38,7 +38,7 @@ from gir.ir.streams import column_products, inlined_products, stream_factor, uni
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
-from gir.ir.expr import Call, Const, Input, postorder
+from gir.ir.expr import Call, Input, postorder
 from gir.ir.gops import Broadcast, Elementwise, Gather, Move, Reduce
 from gir.ir.target import DRAM, REGISTER, SHARED
 from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
@@ -312,14 +312,8 @@ def _scalarized(ops, buffers) -> frozenset:
 
 def _whole(s, size: int) -> bool:
     """Slice s is all of a buffer of `size` elements, unmasked, in address order."""
-    if s.size != size or s.is_masked or not (s.offset.is_const and s.offset.const == 0):
-        return False
-    expected = 1
-    for n, st in reversed([(n, st) for n, st in zip(s.shape, s.strides) if n > 1]):
-        if st != expected:
-            return False
-        expected *= n
-    return True
+    return (s.size == size and not s.is_masked and s.offset.is_const and s.offset.const == 0
+            and bool((s.pattern == np.arange(size)).all()))
 
 
 def _launches(teams: list[bool], t, awake: bool = True) -> float:
@@ -398,7 +392,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
         return s.size if op.uniform else ceil(s.size / lanes)
 
     # CPU: register buffers filled with one value (a broadcast row statistic); what an expression
-    # computes from those alone the compiler hoists out of the element loop (_expr_cost)
+    # computes from those alone the compiler hoists out of the element loop (_expr_costs)
     uniform = {op.dst.buffer for op in ops if cpu and isinstance(op, Move) and buffers[op.dst.buffer].level == REGISTER
                and op.src.size * _distinct_share(op.src) <= 1}
     for _, op in graph.ops():
@@ -440,8 +434,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             p.instructions += per_lane(op, op.dst) * (2 + ADDRESS)
         elif isinstance(op, Elementwise):
             fixed = frozenset(i for i, x in enumerate(op.inputs) if x.buffer in uniform)
-            cost = _expr_cost(op.expr, t.timing.op_cost, fixed)
-            once = _expr_cost(op.expr, t.timing.op_cost) - cost  # hoisted: once per unit, not per element
+            cost, once = _expr_costs(op.expr, t.timing.op_cost, fixed)
             p.instructions += per_lane(op, op.out) * cost + once
             p.chain += max(cost, per_lane(op, op.out) * cost / lanes) + once
         elif isinstance(op, Reduce):
@@ -489,21 +482,27 @@ def _without_trivial_masks(op: Move, prim) -> Move:
 
 def _expr_cost(expr, measured: tuple = (), fixed: frozenset = frozenset()) -> float:
     """Unit-instructions per element of an expression: the target's measured op costs where it
-    has them (`Timing.op_cost`, from `gir calibrate`), else the nominal table. `fixed`: inputs
-    that hold one value for all of the op's elements; a sub-expression of only those (and
-    constants) is computed once, outside the element loop (C compilers hoist it)."""
+    has them (`Timing.op_cost`, from `gir calibrate`), else the nominal table (see `_expr_costs`)."""
+    return _expr_costs(expr, measured, fixed)[0]
+
+
+def _expr_costs(expr, measured: tuple = (), fixed: frozenset = frozenset()) -> tuple[float, float]:
+    """(unit-instructions per element, once per unit) of an expression. `fixed`: inputs that hold
+    one value for all of the op's elements; a sub-expression of only those and constants is
+    computed once, outside the element loop (C compilers hoist it, and fold constants)."""
     costs = _op_table(measured)
     hoisted: dict = {}
-    total = 0
+    per_element = once = 0
     for n in postorder(expr):
-        if isinstance(n, Input):
-            hoisted[n] = n.index in fixed
-        elif isinstance(n, Call):
-            hoisted[n] = all(hoisted.get(a, isinstance(a, Const)) for a in n.args)
-            total += 0 if hoisted[n] else costs.get(n.op, 1)
+        if isinstance(n, Call):
+            hoisted[n] = all(hoisted[a] for a in n.args)
+            if hoisted[n]:
+                once += costs.get(n.op, 1)
+            else:
+                per_element += costs.get(n.op, 1)
         else:
-            hoisted[n] = True
-    return total
+            hoisted[n] = not isinstance(n, Input) or n.index in fixed
+    return per_element, once
 
 
 @lru_cache(maxsize=8)

@@ -38,12 +38,14 @@ WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512", "-mmove-max=512", "-mstore-max
 def wide_vector_flags(cpu_flags: str, accepts=None) -> tuple[str, ...]:
     """512-bit vectors where the CPU has AVX-512 and the compiler takes all three options.
     gcc 12 vectorises for 256-bit registers on every AVX-512 CPU it knows (against the clock
-    drop 512-bit code caused on Skylake-SP). On this project's Sapphire Rapids VM, one thread:
-    SiLU over 401k floats 247 -> 156 us; BERT's softmax kernel 141 -> 108 us; EfficientNet-B0's
-    depthwise conv + SiLU kernels 2-20% faster. The width alone is not enough: gcc still
-    copied a row into its stack array in 256-bit moves (move-max), and reading it back in
-    512-bit loads missed store forwarding (BERT's softmax kernel 141 -> 175 us); hence
-    all three or none (gcc 11 and clang lack -mmove-max)."""
+    drop 512-bit code caused on Skylake-SP). On this project's Sapphire Rapids VM, the GIR
+    kernels of each zoo model, one thread, each timed alone, 256-bit build against this one
+    (`scripts/loop_forms_ab.py --baseline vectors`, results/wide_vectors_ab.md): RedNet-50
+    1.58x, ShuffleNet-v2 1.20x, EfficientNet-B0 1.18x, BERT 1.11x, GPT-2 1.03x, ViT 0.98x (its
+    softmax over rows of 197 a little slower). The width alone is not enough: gcc still copied
+    a row into its stack array in 256-bit moves (move-max), and reading it back in 512-bit
+    loads missed store forwarding (perf annotate on BERT's softmax kernel, which ran slower
+    than in 256-bit code); hence all three or none (gcc 11 and clang lack -mmove-max)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or " avx512f " not in f" {cpu_flags} ":
         return ()
     return WIDE_VECTOR_FLAGS if (accepts or compiler_accepts)(WIDE_VECTOR_FLAGS) else ()
@@ -98,9 +100,10 @@ def host_cpu() -> str:
 FLAGS = BASE_FLAGS[:2] + wide_vector_flags(host_cpu()) + BASE_FLAGS[2:]
 
 
-def build(source: str, name: str = "gir") -> ctypes.CDLL:
-    """Compile (or fetch from the cache) and load a library of emitted kernels."""
-    return cached_library(toolchain_version(), CC, list(FLAGS), source, ".c",
+def build(source: str, name: str = "gir", flags: tuple[str, ...] | None = None) -> ctypes.CDLL:
+    """Compile (or fetch from the cache) and load a library of emitted kernels; `flags`: other
+    than FLAGS (an A/B of the build, scripts/loop_forms_ab.py --baseline vectors)."""
+    return cached_library(toolchain_version(), CC, list(flags or FLAGS), source, ".c",
                           f"C source of {name!r}", f"the CPU ({CC})", libraries=("-lm",))
 
 
