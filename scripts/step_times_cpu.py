@@ -1,6 +1,6 @@
 """Each step of a native CPU session timed where it stands in a whole run, not alone.
 
-    PYTHONPATH=. python3 scripts/step_times_cpu.py MODEL.onnx [--runs 20] [--top 30]
+    PYTHONPATH=. python3 scripts/step_times_cpu.py MODEL.onnx [--runs 20] [--top 30] [--awake on|off]
 
 `gir run --profile` (gir/backends/cpu/profile.py) repeats each step alone, so a step re-reads
 what the cache kept from its own previous repeat; on a VM whose last-level cache holds hundreds
@@ -26,11 +26,13 @@ from gir.frontend.basic import BasicOp
 from gir.runtime import Session
 
 
-def step_times(session: Session, feeds: dict, runs: int) -> tuple[float, dict[int, float]]:
-    """(median run seconds, step index -> median seconds of its calls in a run)."""
+def step_times(session: Session, feeds: dict, runs: int, awake: bool = True) -> tuple[float, dict[int, float]]:
+    """(median run seconds, step index -> median seconds of its calls in a run). `awake`: the
+    one-thread calls before a fork keep the team spinning (gir/backends/cpu/awake_call.py), as
+    the engine's runs do on an idle machine."""
     session.run(None, feeds)  # warms the library and the arena
     engine = session.engine
-    buffers, thunks = engine.bind({n: np.asarray(feeds[n]) for n in session.graph.inputs})  # the thunks point into buffers
+    buffers, thunks = engine.bind({n: np.asarray(feeds[n]) for n in session.graph.inputs}, awake)  # the thunks point into buffers
     per_step, totals = collections.defaultdict(list), []
     for _run in range(runs):
         this = collections.defaultdict(float)
@@ -51,10 +53,12 @@ def main() -> int:
     ap.add_argument("model")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--awake", choices=("on", "off"), default="on",
+                    help="one-thread calls before a fork keep the team spinning (the engine's choice when idle)")
     args = ap.parse_args()
     model = onnx.load(args.model)
     session = Session(model, target="cpu")
-    total, times = step_times(session, models.example_inputs(model, 0), args.runs)
+    total, times = step_times(session, models.example_inputs(model, 0), args.runs, args.awake == "on")
     print(f"{args.model}: run median {total * 1e3:.2f} ms, steps {sum(times.values()) * 1e3:.2f} ms")
     print(f"{'step':>4}  {'kind':<8} {'ms':>8} {'MB':>9} {'GB/s':>7}  name")
     for step, seconds in sorted(times.items(), key=lambda kv: -kv[1])[:args.top]:

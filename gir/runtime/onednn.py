@@ -170,6 +170,24 @@ class DnnlOp:
         if status:
             raise RuntimeError(f"oneDNN primitive ({self.impl}) failed with status {status}")
 
+    def awake_thunk(self, src: int, wei: int, bias: int, *rest: int):
+        """`call` on these addresses, run while the team's other threads spin
+        (gir/backends/cpu/awake_call.py), or None where that cannot be."""
+        from gir.backends.cpu.awake_call import awake_thunk
+        post = (ctypes.c_void_p * len(rest[:-1]))(*rest[:-1]) if len(rest) > 1 else None
+        args = [self.handle.value if hasattr(self.handle, "value") else self.handle, src, wei, bias, rest[-1],
+                *self._stage_ptrs, ctypes.cast(post, ctypes.c_void_p).value if post is not None else None]
+        run = awake_thunk(self.lib.gir_dnnl_run, args, returns_int=True)
+        if run is None:
+            return None
+
+        def thunk():
+            status = run()
+            if status:
+                raise RuntimeError(f"oneDNN primitive ({self.impl}) failed with status {status}")
+        thunk.keep = (post, run)
+        return thunk
+
     def __del__(self):
         if self.handle:
             self.lib.gir_dnnl_free(self.handle)

@@ -11,7 +11,9 @@ missing or does not take the op; `library_path` says which."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import time
 from functools import partial
 
 import numpy as np
@@ -25,6 +27,7 @@ from gir.runtime.memory import MemoryPlan, locate, output_roots
 
 from ..kernels import emit_plan, plan_launches
 from .awake import woken_kernels
+from .awake_call import AWAKE_ENV, AwakeChoice, awake_calls, awake_thunk, team_size
 from .compiler import build
 from .emitter import CpuEmitter
 
@@ -97,12 +100,17 @@ class NativeCpuEngine:
             for d in self.dnnl.values():
                 d.stage(src_stage, dst_stage)
         self.handoffs = self._hand_off()
+        mode = os.environ.get(AWAKE_ENV, "auto").lower()
+        self.awake = awake_calls(forks) if mode != "off" and team_size() > 1 else frozenset()
         self.library_path, self.library_note = self._describe_path(library)
         self.fresh = output_roots(plan)
         self._lock = threading.Lock()  # one arena: runs of one session take turns
         self._args = [self._call_args(c, call) for c, call in enumerate(self.calls)]
-        self._fixed = {c: self._thunk(c, args) for c, args in enumerate(self._args)
-                       if args is not None and not any(isinstance(a, str) for a in args)}
+        # per mode (awake or not, AwakeChoice), the thunks whose arguments never change
+        self._fixed = {mode: {c: self._thunk(c, args, mode) for c, args in enumerate(self._args)
+                              if args is not None and not any(isinstance(a, str) for a in args)}
+                       for mode in ((True, False) if self.awake else (False,))}
+        self.awake_choice = AwakeChoice(always=mode == "on") if self.awake else None
 
     def _where(self, name: str):
         """A tensor's fixed address (arena slot or constant), or its name where the run binds it
@@ -123,7 +131,11 @@ class NativeCpuEngine:
             return None
         return list(call[1])
 
-    def _thunk(self, c: int, args: list):
+    def _thunk(self, c: int, args: list, awake: bool = False):
+        if awake and c in self.awake:
+            thunk = self.dnnl[c].awake_thunk(*args) if c in self.dnnl else awake_thunk(self.calls[c][0], args)
+            if thunk is not None:
+                return thunk
         if c in self.dnnl:
             return partial(self.dnnl[c].call, *args)
         return partial(self.calls[c][0], *args)
@@ -197,8 +209,10 @@ class NativeCpuEngine:
             return self.arena[start:start + t.size * np_dtype(t.dtype).itemsize].view(np_dtype(t.dtype))
         return self.constants[name] if name in self.constants else per_run[name]
 
-    def bind(self, feeds: dict[str, np.ndarray]) -> tuple[dict, list]:
-        """The run's own buffers (inputs, fresh outputs) and, per call, a thunk that runs it."""
+    def bind(self, feeds: dict[str, np.ndarray], awake: bool = False) -> tuple[dict, list]:
+        """The run's own buffers (inputs, fresh outputs) and, per call, a thunk that runs it;
+        `awake`: the one-thread calls of `self.awake` keep the team spinning (awake_call.py)."""
+        awake = awake and bool(self.awake)
         g = self.plan.graph
         per_run = {n: np.ascontiguousarray(feeds[n]).reshape(-1) for n in g.inputs}
         for root in self.fresh:
@@ -206,11 +220,11 @@ class NativeCpuEngine:
         pointers = {n: a.ctypes.data for n, a in per_run.items()}
         thunks = []
         for c, call in enumerate(self.calls):
-            fixed = self._fixed.get(c)
+            fixed = self._fixed[awake].get(c)
             if fixed is not None:
                 thunks.append(fixed)
             elif self._args[c] is not None:
-                thunks.append(self._thunk(c, [pointers[a] if isinstance(a, str) else a for a in self._args[c]]))
+                thunks.append(self._thunk(c, [pointers[a] if isinstance(a, str) else a for a in self._args[c]], awake))
             else:
                 def library(call=call):
                     args = [self._flat(t, per_run).reshape(g.tensors[t].shape) for t in call.inputs]
@@ -221,14 +235,18 @@ class NativeCpuEngine:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Outputs by name, each an array of its own that later runs leave alone."""
         g = self.plan.graph
-        per_run, thunks = self.bind(feeds)
         with self._lock:
+            awake = self.awake_choice.next() if self.awake_choice else False
+            per_run, thunks = self.bind(feeds, awake)
+            start = time.perf_counter()
             for c, thunk in enumerate(thunks):
                 thunk()
                 if c in self.gathers and self.oob.value:
                     self.oob.value = 0
                     raise GatherIndexError(f"{g.model_name}: {self.gathers[c]}: an index is outside [-n, n) "
                                            f"of the axis it selects from")
+            if self.awake_choice:
+                self.awake_choice.record(awake, time.perf_counter() - start)
         outputs, handed = {}, set()
         for name in g.outputs:
             root = self.plan.aliases.get(name, name)
