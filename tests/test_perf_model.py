@@ -111,8 +111,9 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert "nominal" in before.timing.source
     lines = []
     cal = calibration.measure(repeats=2, progress=lines.append)
-    assert len(lines) == 9 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert len(lines) == 10 and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
     assert cal.wake_s > 0 and cal.spin_s > 0 and cal.warm_bandwidth > 0 and cal.warm_unit_bandwidth > 0
+    assert cal.hot_unit_bandwidth > 0
     assert 1.0 <= cal.stream_gain <= 2.0
     # every math op the probes cover is measured, and an op the compiler vectorises (div) costs
     # less per element than a libm call it cannot (tanh)
@@ -125,7 +126,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert after.timing.unit_bandwidth == cal.unit_bandwidth and "measured" in after.timing.source
     assert after.timing.wake_s == cal.wake_s and dict(after.timing.op_cost) == cal.op_costs
     assert after.timing.spin_s == cal.spin_s and after.timing.warm_bandwidth == cal.warm_bandwidth
-    assert after.timing.stream_gain == cal.stream_gain
+    assert after.timing.stream_gain == cal.stream_gain and after.timing.hot_unit_bandwidth == cal.hot_unit_bandwidth
     assert repr(after) != repr(before)  # the plan cache's key changes with the figures
     path.write_text("{not json")
     assert "nominal" in get_target("cpu").timing.source  # unreadable: nominal again, no crash
@@ -274,6 +275,63 @@ def test_a_kernel_reads_what_the_kernel_before_it_wrote_from_the_last_level_cach
     assert neg_seq.parts["latency"] < neg_part.parts["latency"] < neg_alone.parts["latency"]
     gpu = _chain_kernels(H100, n)
     assert [e.parts for e in sequence(gpu)] == [estimate(k).parts for k in gpu]
+
+
+def test_a_one_thread_kernel_reads_what_the_one_before_wrote_from_its_own_core_cache():
+    """CPU: where both kernels run on one thread and h fits the core's own cache (`hot_bytes`),
+    the Neg streams h at `hot_unit_bandwidth` instead of the last-level rate; a larger h, or a
+    Neg whose team forks, keeps the last-level rate."""
+    n = 1 << 16  # 256 KiB per tensor
+    base = dict(cache_bytes=64 << 20, serial_below_bytes=64 << 20, warm_bandwidth=40e9, warm_unit_bandwidth=25e9)
+    hot = _cpu_with(**base, hot_bytes=1 << 20, hot_unit_bandwidth=80e9)
+    cold = _cpu_with(**base, hot_bytes=0, hot_unit_bandwidth=80e9)
+    _, neg_hot = sequence(_chain_kernels(hot, n))
+    _, neg_cold = sequence(_chain_kernels(cold, n))
+    h = 4 * n
+    assert neg_cold.parts["dram"] - neg_hot.parts["dram"] == pytest.approx(h / 40e9 - h / 80e9)
+    assert neg_cold.parts["latency"] - neg_hot.parts["latency"] == pytest.approx(h / 25e9 - h / 80e9)
+    small = _cpu_with(**base, hot_bytes=h // 2, hot_unit_bandwidth=80e9)  # h does not fit
+    assert sequence(_chain_kernels(small, n))[1].parts == neg_cold.parts
+    team = _cpu_with(**(base | {"serial_below_bytes": 1}), hot_bytes=1 << 20, hot_unit_bandwidth=80e9)
+    team_cold = _cpu_with(**(base | {"serial_below_bytes": 1}), hot_bytes=0, hot_unit_bandwidth=80e9)
+    assert sequence(_chain_kernels(team, n))[1].parts == sequence(_chain_kernels(team_cold, n))[1].parts
+
+
+def test_a_one_thread_kernel_overlaps_streaming_and_compute_unless_its_lanes_reduce_rows_of_their_own():
+    """A row max over [128, 768] on one thread: where a unit reduces its rows one at a time
+    (unit forms), streaming and arithmetic overlap (the larger of the two); where each lane
+    reduces a row of its own (lane forms), the thread waits for the loads and the terms add."""
+    from gir.fusion.perf import _program
+    cpu = _cpu_with(serial_below_bytes=64 << 20)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [128, 768])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 1])
+    g = load(helper.make_model(helper.make_graph([helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=1)],
+                                                 "rowmax", [x], [y]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10))
+    forms = {(c.structure, c.params.get("outputs_per_unit")): c.graph for c in candidates(g.ops[0], g.tensors, cpu).candidates}
+    for key, lanes_own_rows in ((("unit", 1), False), (("unit", 4), False), (("lane", 8), True)):
+        graph = forms[key]
+        e = estimate(graph)
+        assert _program(graph).rows_in_lanes is lanes_own_rows
+        stream = max(e.parts["dram"], e.parts["latency"])
+        core = e.seconds - e.parts["barrier"] - e.parts["launch"] - e.parts["shared"] - e.parts["dispatch"]
+        want = stream + e.parts["compute"] if lanes_own_rows else max(stream, e.parts["compute"])
+        assert core == pytest.approx(want), key
+
+
+def test_the_core_cache_is_the_level_below_the_last():
+    from gir.backends.cpu import target as cpu_target
+    cases = [({1: {"0": 48 << 10, "1": 48 << 10}, 2: {"0": 2 << 20, "1": 2 << 20}, 3: {"0-1": 480 << 20}}, 2 << 20),
+             ({1: {"0": 32 << 10}, 2: {"0-3": 4 << 20}}, 0), ({}, 0)]
+    for caches, want in cases:
+        cpu_target._caches.cache_clear()
+        cpu_target.core_cache_bytes.cache_clear()
+        original = cpu_target._caches
+        try:
+            cpu_target._caches = lambda caches=caches: caches
+            assert cpu_target.core_cache_bytes() == want
+        finally:
+            cpu_target._caches = original
+            cpu_target.core_cache_bytes.cache_clear()
 
 
 def test_a_fork_after_long_one_thread_work_pays_the_wake_up():

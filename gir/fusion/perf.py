@@ -91,6 +91,19 @@ class Context:
     def holds(self, name: str) -> bool:
         return any(n == name for n, _ in self.recent)
 
+    def hot(self, limit: int) -> frozenset:
+        """The most recently touched buffers, up to `limit` bytes together, where the kernel
+        before ran on one thread (this one's): what that core's own cache (L2) still holds."""
+        if not limit or self.idle_s <= 0:
+            return frozenset()
+        held, total = set(), 0
+        for name, n in reversed(self.recent):
+            total += n
+            if total > limit:
+                break
+            held.add(name)
+        return frozenset(held)
+
     def awake(self, timing) -> bool:
         return self.idle_s <= timing.spin_s
 
@@ -135,16 +148,26 @@ def _warm(graph: GIRGraph, by_buffer: dict, context: Context) -> dict:
     by kind: reads and writes of what a kernel just before touched and the cache still holds,
     and reads of an intermediate this graph's own earlier kernel wrote; of a buffer larger than
     the cache, its cache-sized share. Everything else (the sequence's inputs and weights, a
-    first write) is DRAM's."""
-    limit = graph.target.timing.cache_bytes
-    warm = {"read": 0, "write": 0}
+    first write) is DRAM's. "hot": the part of those a core's own cache (`hot_bytes`) holds,
+    which a one-thread kernel streams at `hot_unit_bandwidth`: an intermediate no larger than
+    it, or one of the buffers a one-thread kernel just before touched last. LayerNorm's
+    one-thread kernel sequences read their 393 KB intermediates back at 40-90 GB/s, where the
+    last-level rate put them at 2x their measured time (results/perf_model_rank_intel_vm/)."""
+    tm = graph.target.timing
+    limit = tm.cache_bytes
+    warm = {"read": 0, "write": 0, "hot": 0}
     if not limit:
         return warm
     written = {name for kind, name in by_buffer if kind == "write"}
+    hot = context.hot(tm.hot_bytes)
     for (kind, name), n in by_buffer.items():
-        if kind == "read" and name in written or context.holds(name):
+        own = kind == "read" and name in written
+        if own or context.holds(name):
             # of a buffer larger than the cache, the part written or read last is still there
-            warm[kind] += int(n * min(1.0, limit / graph.buffers[name].nbytes))
+            share = int(n * min(1.0, limit / graph.buffers[name].nbytes))
+            warm[kind] += share
+            if name in hot or own and graph.buffers[name].nbytes <= tm.hot_bytes:
+                warm["hot"] += share  # a one-thread kernel reads it from its core's own cache
     return warm
 
 
@@ -237,11 +260,16 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     rereads, warm_rereads = (0, 0) if across else cache_rereads
     warm = warm or {"read": 0, "write": 0}
     cold = unique - warm["read"] - warm["write"]
+    # what a one-thread kernel reads from its own core's cache, and the rest of the warm bytes
+    hot = warm.get("hot", 0) if one_thread and tm.hot_unit_bandwidth else 0
+    llc = warm["read"] + warm["write"] - hot
     dram_s = cold / (t.dram_bandwidth * tm.copy_efficiency) + rereads / tm.cache_bandwidth
     if program.sector_waste:  # GPU: the unused parts of partly used sectors cross the cache too
         dram_s += program.sector_waste * prim.num_units / tm.cache_bandwidth
-    if warm["read"] or warm["write"]:
-        dram_s += (warm["read"] + warm["write"]) / tm.warm_bandwidth
+    if llc:
+        dram_s += llc / tm.warm_bandwidth
+    if hot:
+        dram_s += hot / tm.hot_unit_bandwidth
     if tm.unit_bandwidth:  # a CPU thread: the prefetchers keep its stream in flight
         # what the threads stream: the distinct bytes and the re-reads L1 does not hold (those
         # are loads in the issue term); across units, a row's neighbouring windows overlap in L1.
@@ -249,8 +277,10 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
         # rows a unit streams side by side keep more misses in flight (gir/ir/streams.py)
         stream_bw = tm.unit_bandwidth * stream_factor(program.streams, tm.stream_gain)
         latency_s = (cold + rereads - warm_rereads) / (concurrent_units * stream_bw)
-        if warm["read"] or warm["write"] or warm_rereads:
-            latency_s += (warm["read"] + warm["write"] + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
+        if llc or warm_rereads:
+            latency_s += (llc + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
+        if hot:
+            latency_s += hot / (concurrent_units * tm.hot_unit_bandwidth)
         in_flight = int(concurrent_units * tm.unit_bandwidth * tm.dram_latency_s)
     else:  # Little's law: read bytes / (bytes in flight / latency), and never under one unit's own chain
         in_flight = int(concurrent_units * program.read_bytes / max(program.rounds, 1))
@@ -271,9 +301,16 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
     dispatch_s = ceil(prim.num_blocks / processors) * tm.block_dispatch_s
     parts = {"dram": dram_s, "latency": latency_s, "compute": compute_s, "shared": shared_s, "dispatch": dispatch_s}
     if tm.unit_bandwidth and not across and one_thread:
-        # a CPU thread running its units one after another waits for a unit's loads before its
-        # dependent arithmetic (a reduction's chain), then computes: the terms add
-        core = max(dram_s, latency_s) + compute_s + shared_s + dispatch_s
+        # a CPU thread running its units one after another: where a unit reduces its rows one at a
+        # time, the prefetcher streams the next row while it computes and the terms overlap
+        # (LayerNorm's one-kernel form, modelled at 38 + 31 us, measures 41); where its lanes
+        # each reduce a row of their own (lane(o8)/rows(c768,r8)) it waits for those loads
+        # before their dependent chains, and the terms add (they measured 1.3-2.5x the larger).
+        # Kendall tau-b against the terms always added, on two stored rank measurements
+        # (scripts/perf_model_rescore.py): LayerNorm 0.46 -> 0.60 and 0.45 -> 0.60, softmax
+        # 0.52 -> 0.57 and 0.56 -> 0.56.
+        stream = max(dram_s, latency_s)
+        core = (stream + compute_s if program.rows_in_lanes else max(stream, compute_s)) + shared_s + dispatch_s
     else:
         core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
     bound = max(parts, key=parts.get)
@@ -355,6 +392,7 @@ class _Program:
     sector_waste: int = 0             # bytes one unit's DRAM accesses move in granules they leave unused
     streams: int = 1                  # CPU: DRAM streams one unit reads side by side (gir/ir/streams.py)
     unstored: frozenset = frozenset()  # CPU: register buffers the emitter never materialises (ditto)
+    rows_in_lanes: bool = False       # CPU: a Reduce whose lanes each reduce a row of their own
 
 
 def _program(graph: GIRGraph, across: bool = False) -> _Program:
@@ -439,6 +477,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             p.chain += max(cost, per_lane(op, op.out) * cost / lanes) + once
         elif isinstance(op, Reduce):
             p.instructions += per_lane(op, op.src) if not op.uniform else ceil(op.src.size / lanes)
+            p.rows_in_lanes |= not op.uniform and op.dst.size > 1
             p.chain += ceil(log2(max(op.group, 2)))  # a tree over partial sums
             if op.uniform and op.group > 1 and lanes > 1:  # a shuffle tree per output
                 p.instructions += op.dst.size * 2 * ceil(log2(min(lanes, op.group)))

@@ -75,6 +75,9 @@ class Timing:
                                      # just before touched (gir/fusion/perf.py Context); 0: not modelled
     warm_bandwidth: float = 0.0      # CPU: bytes/s, read + write, all threads, of buffers held in that cache
     warm_unit_bandwidth: float = 0.0  # CPU: the same for one thread
+    hot_bytes: int = 0               # CPU: bytes of the most recently touched buffers one thread still holds
+                                     # in its own core's cache (L2) for its next one-thread kernel; 0: not modelled
+    hot_unit_bandwidth: float = 0.0  # CPU: bytes/s, read + write, one thread, of buffers held there
     stream_gain: float = 1.0         # CPU: one thread's GEMV rate with 8 rows side by side over a row at a
                                      # time (gir/ir/streams.py); 1: not modelled
     sector_bytes: int = 0            # GPU: the granule one access moves between DRAM, L2 and L1 (a warp

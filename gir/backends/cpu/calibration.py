@@ -44,6 +44,7 @@ ISSUE_CHAIN = 64           # dependent-free FMAs per element and pass (unit-inst
 WAKE_GAP_S = 200e-6        # one-thread work before a fork: longer than the engine's 1000 spins
 SPIN_GAPS_S = (5e-6, 10e-6, 15e-6, 20e-6, 25e-6, 30e-6, 40e-6, 60e-6, 100e-6, 150e-6)  # gaps tried, shortest first
 WARM_BYTES = 2 << 20       # per array of the warm copy: beyond a core's L2, within the last-level cache
+HOT_REPEATS = 200          # copies of the hot pair per timing: one copy takes microseconds
 STREAM_BYTES = 0          # weights the stream-gain probe reads; 0: twice the last-level cache, 192 MiB-1 GiB
 OP_ELEMENTS = 16 << 10     # floats per math-op probe: 64 KiB each way, in L2, one thread (under the one-thread bound)
 
@@ -112,6 +113,8 @@ class Calibration:
     op_costs: dict | None = None      # unit-instructions per element of each math op, as GIR's kernels run it
     # since session 24
     stream_gain: float = 0.0          # one thread's GEMV rate, eight rows side by side over one (gir/ir/streams.py)
+    # since session 27
+    hot_unit_bandwidth: float = 0.0   # bytes/s, read + write, one thread, arrays in its core's own cache (L2)
 
     @property
     def timing(self) -> Timing:
@@ -123,6 +126,7 @@ class Calibration:
                        warm_unit_bandwidth=self.warm_unit_bandwidth or nominal.warm_unit_bandwidth,
                        op_cost=tuple(sorted((self.op_costs or {}).items())) or nominal.op_cost,
                        stream_gain=self.stream_gain or nominal.stream_gain,
+                       hot_unit_bandwidth=self.hot_unit_bandwidth or nominal.hot_unit_bandwidth,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
 
@@ -162,6 +166,13 @@ def save(cal: Calibration) -> Path:
     tmp.write_text(json.dumps(asdict(cal), indent=1) + "\n")
     tmp.replace(path)
     return path
+
+
+def _hot_bytes() -> int:
+    """Per array of the hot copy: a quarter of a core's own cache (two arrays fill half of it,
+    as the model's `hot_bytes` does), 256 KiB where Linux does not say."""
+    from .target import core_cache_bytes
+    return (core_cache_bytes() or 1 << 20) // 4
 
 
 def _best_of(fn, repeats: int) -> float:
@@ -214,6 +225,9 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
              f"the team sleeps after {spin * 1e6:.0f} us")
     warm_all, warm_one = (2 * WARM_BYTES * 20 / _best_of(copy(t, WARM_BYTES // 4, 20), repeats) for t in (threads, 1))
     progress(f"copy of {WARM_BYTES >> 20} MiB in cache: {warm_all / 1e9:.1f} GB/s with {threads} threads, {warm_one / 1e9:.1f} with one")
+    hot = _hot_bytes()
+    hot_one = 2 * hot * HOT_REPEATS / _best_of(copy(1, hot // 4, HOT_REPEATS), repeats)
+    progress(f"copy of {hot >> 10} KiB in a core's own cache: {hot_one / 1e9:.1f} GB/s with one thread")
     gain = _stream_gain(lib, repeats)
     progress(f"GEMV, 1 thread, eight rows side by side: {gain:.2f}x a row at a time")
     costs = _op_costs(repeats, issue)
@@ -221,7 +235,8 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,
-                       warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain)
+                       warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain,
+                       hot_unit_bandwidth=hot_one)
 
 
 def gemv_forms(k: int, n: int, spreads: tuple) -> tuple:

@@ -30,6 +30,8 @@ CPU_NOMINAL_TIMING = Timing(
     spin_s=20e-6,                         # the engine's 1000 spins: 20-40 us measured on an AMD EPYC (session 19)
     warm_bandwidth=100e9, warm_unit_bandwidth=60e9,  # a copy of 2 MiB arrays: 110-130 and 65-77 GB/s
                                           # on that EPYC (session 19); measured by gir calibrate
+    hot_unit_bandwidth=80e9,              # a copy of 256-512 KiB arrays, one thread: 64-81 GB/s on an Intel Xeon
+                                          # VM (2026-11-27); measured by gir calibrate
     stream_gain=1.2,                      # eight GEMV rows side by side over one, one thread: 1.1-1.4 on an Intel
                                           # Xeon VM (session 24, results/gemv_streams.md); measured by gir calibrate
     unit_setup=3,                         # per-unit index arithmetic: the compiler hoists most of it out of the
@@ -47,6 +49,21 @@ CACHE_SHARE = 2
 def last_level_cache_bytes() -> int:
     """The largest cache level's data or unified caches over all cores together (each shared
     cache once), as Linux reports them; 0 where it does not (the model then has no cache term)."""
+    found = _caches()
+    return sum(found[max(found)].values()) if found else 0
+
+
+@lru_cache(maxsize=1)
+def core_cache_bytes() -> int:
+    """The cache level just below the last (L2 where Linux reports L1, L2 and L3: a core's own
+    on current x86 and Arm cores), one instance; 0 where there is no such level."""
+    levels = sorted(_caches())
+    return max(_caches()[levels[-2]].values()) if len(levels) >= 3 else 0
+
+
+@lru_cache(maxsize=1)
+def _caches() -> dict[int, dict[str, int]]:
+    """level -> {shared_cpu_list: bytes} of the data and unified caches Linux reports."""
     found: dict[int, dict[str, int]] = {}
     for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
         try:
@@ -59,7 +76,7 @@ def last_level_cache_bytes() -> int:
             found.setdefault(level, {})[shared] = int(size.rstrip("KMG")) * scale
         except (OSError, ValueError):
             continue
-    return sum(found[max(found)].values()) if found else 0
+    return found
 
 
 def local_cpu() -> Target:
@@ -70,7 +87,8 @@ def local_cpu() -> Target:
     from .calibration import stored
     measured = stored()
     timing = replace(measured.timing if measured else CPU_NOMINAL_TIMING,
-                     cache_bytes=last_level_cache_bytes() // CACHE_SHARE)
+                     cache_bytes=last_level_cache_bytes() // CACHE_SHARE,
+                     hot_bytes=core_cache_bytes() // CACHE_SHARE)
     dram = measured.copy_bandwidth if measured else 10e9 * min(cores, 4)
     launch = measured.launch_s if measured else 2e-6
     return Target(
