@@ -1,5 +1,5 @@
 """GIR's CPU latency with one-thread calls run awake, not awake, and chosen per run
-(gir/backends/cpu/awake_call.py), idle and with one core taken by another process.
+(gir/runtime/awake_call.py), idle and with one core taken by another process.
 
     PYTHONPATH=. python3 scripts/awake_ab.py [--models NAME ...] [--modes off on auto] [--rounds 2]
         [--runs 20] [--out results/awake_calls]

@@ -6,7 +6,7 @@ and the shared modules every backend builds on separately. What a port may skip 
 from the port proper (OPTIONAL files): its own plan engine (how a whole plan runs with its
 memory resident; the shared step engine runs a plan otherwise), a calibration that measures
 the machine (nominal figures otherwise), a profiler of its engine (`gir run --profile`) and a
-convolution library binding (im2col + GEMM otherwise); awake_call.py is the CPU engine's. Prints Markdown tables:
+convolution library binding (im2col + GEMM otherwise). Prints Markdown tables:
 
     python scripts/backend_loc.py
 """
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ROOT / "gir" / "backends"
 # its own plan engine, machine measurement, profiler, and a vendor convolution library binding
 # (the device engine runs convolutions as im2col + GEMM without one)
-OPTIONAL = ("engine.py", "awake_call.py", "calibration.py", "profile.py", "conv_library.py")
+OPTIONAL = ("engine.py", "calibration.py", "profile.py", "conv_library.py")
 
 
 def ports() -> list[str]:

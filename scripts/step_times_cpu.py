@@ -28,7 +28,7 @@ from gir.runtime import Session
 
 def step_times(session: Session, feeds: dict, runs: int, awake: bool = True) -> tuple[float, dict[int, float]]:
     """(median run seconds, step index -> median seconds of its calls in a run). `awake`: the
-    one-thread calls before a fork keep the team spinning (gir/backends/cpu/awake_call.py), as
+    one-thread calls before a fork keep the team spinning (gir/runtime/awake_call.py), as
     the engine's runs do on an idle machine."""
     session.run(None, feeds)  # warms the library and the arena
     engine = session.engine

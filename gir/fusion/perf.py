@@ -305,12 +305,15 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
         # time, the prefetcher streams the next row while it computes and the terms overlap
         # (LayerNorm's one-kernel form, modelled at 38 + 31 us, measures 41); where its lanes
         # each reduce a row of their own (lane(o8)/rows(c768,r8)) it waits for those loads
-        # before their dependent chains, and the terms add (they measured 1.3-2.5x the larger).
+        # before their dependent chains, and the terms add (they measured 1.3-2.5x the larger);
+        # so they do where it gathers an element an instruction (decode attention's P @ V a
+        # unit per output, which measured slower than the column form: tests/test_column_loop.py).
         # Kendall tau-b against the terms always added, on two stored rank measurements
-        # (scripts/perf_model_rescore.py): LayerNorm 0.46 -> 0.60 and 0.45 -> 0.60, softmax
+        # (scripts/perf_model_fit.py): LayerNorm 0.46 -> 0.60 and 0.45 -> 0.60, softmax
         # 0.52 -> 0.57 and 0.56 -> 0.56.
         stream = max(dram_s, latency_s)
-        core = (stream + compute_s if program.rows_in_lanes else max(stream, compute_s)) + shared_s + dispatch_s
+        apart = program.rows_in_lanes or program.gathers
+        core = (stream + compute_s if apart else max(stream, compute_s)) + shared_s + dispatch_s
     else:
         core = sum(v ** SMOOTHING for v in parts.values()) ** (1 / SMOOTHING)
     bound = max(parts, key=parts.get)
@@ -393,6 +396,7 @@ class _Program:
     streams: int = 1                  # CPU: DRAM streams one unit reads side by side (gir/ir/streams.py)
     unstored: frozenset = frozenset()  # CPU: register buffers the emitter never materialises (ditto)
     rows_in_lanes: bool = False       # CPU: a Reduce whose lanes each reduce a row of their own
+    gathers: bool = False             # CPU: a load that gathers an element an instruction (`_gathered`)
 
 
 def _program(graph: GIRGraph, across: bool = False) -> _Program:
@@ -449,6 +453,7 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
                 accesses = ceil(accesses * _distinct_share(op.src))
             if cpu and lanes > 1 and id(op) not in streamed and _gathered(op.src):
                 accesses = ceil(op.dst.size * _distinct_share(op.src))  # an element an instruction
+                p.gathers = True
             masked = op.src.is_masked or op.dst.is_masked
             p.instructions += accesses * (1 + ADDRESS + masked)
             granule = t.timing.sector_bytes

@@ -117,3 +117,27 @@ def spread_choices(graph: GIRGraph) -> list[Spread]:
         if g is not None and unit_streams(inlined_products([op for _, op in g.ops()], g.buffers), g.buffers) > 1:
             out.append(Spread(rows, adjacent, g))
     return out
+
+
+def gemv_forms(target, k: int, n: int, spreads: tuple) -> tuple:
+    """(target, {rows: GIR graph}) of x[1, k] @ W[k, n] as the planner builds it for `target` a row
+    at a time (rows 1: the templates' first structure, one output a unit) and `spread_units` of it
+    with each of `spreads` rows a unit where that applies: the kernels the CPU calibration's
+    stream-gain probe and scripts/gemv_streams.py time (give a target whose stream_gain is 1)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
+    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+                                                [io("x", [1, k])], [io("y", [1, n])], [weight]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    (step,) = [s for s in plan(load(model), target, limit=1).steps if hasattr(s, "graph")]
+    forms = {1: step.graph}
+    for rows in spreads:
+        g = spread_units(step.graph, rows)
+        if g is not None:
+            forms[rows] = g
+    return target, forms

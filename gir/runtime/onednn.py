@@ -172,8 +172,8 @@ class DnnlOp:
 
     def awake_thunk(self, src: int, wei: int, bias: int, *rest: int):
         """`call` on these addresses, run while the team's other threads spin
-        (gir/backends/cpu/awake_call.py), or None where that cannot be."""
-        from gir.backends.cpu.awake_call import awake_thunk
+        (gir/runtime/awake_call.py), or None where that cannot be."""
+        from gir.runtime.awake_call import awake_thunk
         post = (ctypes.c_void_p * len(rest[:-1]))(*rest[:-1]) if len(rest) > 1 else None
         args = [self.handle.value if hasattr(self.handle, "value") else self.handle, src, wei, bias, rest[-1],
                 *self._stage_ptrs, ctypes.cast(post, ctypes.c_void_p).value if post is not None else None]

@@ -168,13 +168,6 @@ def save(cal: Calibration) -> Path:
     return path
 
 
-def _hot_bytes() -> int:
-    """Per array of the hot copy: a quarter of a core's own cache (two arrays fill half of it,
-    as the model's `hot_bytes` does), 256 KiB where Linux does not say."""
-    from .target import core_cache_bytes
-    return (core_cache_bytes() or 1 << 20) // 4
-
-
 def _best_of(fn, repeats: int) -> float:
     """Fastest of `repeats` timed calls: other processes only ever make a call slower."""
     best = float("inf")
@@ -225,7 +218,8 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
              f"the team sleeps after {spin * 1e6:.0f} us")
     warm_all, warm_one = (2 * WARM_BYTES * 20 / _best_of(copy(t, WARM_BYTES // 4, 20), repeats) for t in (threads, 1))
     progress(f"copy of {WARM_BYTES >> 20} MiB in cache: {warm_all / 1e9:.1f} GB/s with {threads} threads, {warm_one / 1e9:.1f} with one")
-    hot = _hot_bytes()
+    from .target import core_cache_bytes
+    hot = (core_cache_bytes() or 1 << 20) // 4  # per array: the pair fills half a core's own cache, as hot_bytes does
     hot_one = 2 * hot * HOT_REPEATS / _best_of(copy(1, hot // 4, HOT_REPEATS), repeats)
     progress(f"copy of {hot >> 10} KiB in a core's own cache: {hot_one / 1e9:.1f} GB/s with one thread")
     gain = _stream_gain(lib, repeats)
@@ -239,33 +233,11 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
                        hot_unit_bandwidth=hot_one)
 
 
-def gemv_forms(k: int, n: int, spreads: tuple) -> tuple:
-    """(the local CPU target without a stream gain, {rows: GIR graph}) of x[1, k] @ W[k, n] as
-    the planner builds it a row at a time (rows 1) and `spread_units` of it with each of
-    `spreads` rows a unit where that applies: the kernels the stream-gain probe and
-    scripts/gemv_streams.py time."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from gir.frontend import load
-    from gir.fusion.plan import plan
-    from gir.fusion.spread import spread_units
-
+def _without_stream_gain():
+    """The local CPU target planning GEMVs a row at a time (no spreading): the probe's baseline."""
     from .target import local_cpu
-    weight = numpy_helper.from_array(np.zeros((k, n), np.float32), "w")
-    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
-                                                [io("x", [1, k])], [io("y", [1, n])], [weight]),
-                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     base = local_cpu()
-    target = replace(base, timing=replace(base.timing, stream_gain=1.0))  # no spreading: the one-row form
-    # the templates' first structure: one output a unit (the search may take a SIMD width of rows)
-    (step,) = [s for s in plan(load(model), target, limit=1).steps if hasattr(s, "graph")]
-    forms = {1: step.graph}
-    for rows in spreads:
-        g = spread_units(step.graph, rows)
-        if g is not None:
-            forms[rows] = g
-    return target, forms
+    return replace(base, timing=replace(base.timing, stream_gain=1.0))
 
 
 def _stream_gain(lib, repeats: int) -> float:
@@ -284,7 +256,8 @@ def _stream_gain(lib, repeats: int) -> float:
     from .target import last_level_cache_bytes
     ROWS = GAINFUL_STREAMS
     k, n = 768, 3072  # GPT-2's c_fc GEMV, over matrices in turn that together exceed the cache
-    target, forms = gemv_forms(k, n, (ROWS,))
+    from gir.fusion.spread import gemv_forms
+    target, forms = gemv_forms(_without_stream_gain(), k, n, (ROWS,))
     if ROWS not in forms:
         return 1.0
     emitter, kernels = CpuEmitter(target), {}

@@ -11,7 +11,6 @@ missing or does not take the op; `library_path` says which."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from functools import partial
@@ -21,13 +20,13 @@ import numpy as np
 from gir.frontend.basic import BasicOp
 from gir.ir.dtypes import np_dtype
 from gir.runtime import onednn
+from gir.runtime.awake_call import awake_plan, awake_thunk
 from gir.runtime.indices import GatherIndexError, gather_origins
 from gir.runtime.library import run_library_op
 from gir.runtime.memory import MemoryPlan, locate, output_roots
 
 from ..kernels import emit_plan, plan_launches
 from .awake import woken_kernels
-from .awake_call import AWAKE_ENV, AwakeChoice, awake_calls, awake_thunk, team_size
 from .compiler import build
 from .emitter import CpuEmitter
 
@@ -100,8 +99,7 @@ class NativeCpuEngine:
             for d in self.dnnl.values():
                 d.stage(src_stage, dst_stage)
         self.handoffs = self._hand_off()
-        mode = os.environ.get(AWAKE_ENV, "auto").lower()
-        self.awake = awake_calls(forks) if mode != "off" and team_size() > 1 else frozenset()
+        self.awake, self.awake_choice = awake_plan(forks)
         self.library_path, self.library_note = self._describe_path(library)
         self.fresh = output_roots(plan)
         self._lock = threading.Lock()  # one arena: runs of one session take turns
@@ -110,7 +108,6 @@ class NativeCpuEngine:
         self._fixed = {mode: {c: self._thunk(c, args, mode) for c, args in enumerate(self._args)
                               if args is not None and not any(isinstance(a, str) for a in args)}
                        for mode in ((True, False) if self.awake else (False,))}
-        self.awake_choice = AwakeChoice(always=mode == "on") if self.awake else None
 
     def _where(self, name: str):
         """A tensor's fixed address (arena slot or constant), or its name where the run binds it

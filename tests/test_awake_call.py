@@ -1,4 +1,4 @@
-"""One-thread calls run while the team spins (gir/backends/cpu/awake_call.py): which calls,
+"""One-thread calls run while the team spins (gir/runtime/awake_call.py): which calls,
 that the trampoline calls any kernel or library op with its own arguments on the calling
 thread inside a parallel region, that the engine chooses the mode by timing runs, and that a
 session gives the same outputs either way."""
@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import gir
-from gir.backends.cpu import awake_call
-from gir.backends.cpu.awake_call import MAX_ARGS, AwakeChoice, awake_calls, awake_thunk
+from gir.runtime import awake_call
+from gir.runtime.awake_call import MAX_ARGS, AwakeChoice, awake_calls, awake_thunk
 from gir.backends.cpu.compiler import build
 
 

@@ -63,7 +63,7 @@ int gir_awake_team(void) { return omp_get_max_threads(); }
 
 @lru_cache(maxsize=None)
 def library() -> ctypes.CDLL:
-    from .compiler import build
+    from gir.backends.cpu.compiler import build
     lib = build(SOURCE, "awake_call")
     lib.gir_awake_call.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
     lib.gir_awake_call.restype = ctypes.c_int
@@ -91,6 +91,15 @@ def awake_thunk(fn, args: list, returns_int: bool = False):
         return call(address, flag, n, argv)
     thunk.argv = argv  # kept alive
     return thunk
+
+
+def awake_plan(forks: list[bool]) -> tuple[frozenset, "AwakeChoice | None"]:
+    """(the calls of a run that may run awake, the choice of mode per run), as $GIR_AWAKE says:
+    off: none; on: every run awake; auto (the default): AwakeChoice. None where no call may."""
+    import os
+    mode = os.environ.get(AWAKE_ENV, "auto").lower()
+    calls = awake_calls(forks) if mode != "off" and team_size() > 1 else frozenset()
+    return calls, (AwakeChoice(always=mode == "on") if calls else None)
 
 
 def awake_calls(forks: list[bool]) -> frozenset[int]:
