@@ -7,12 +7,12 @@ import ctypes
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import gir
+from gir.backends.cpu.compiler import build
 from gir.runtime import awake_call
 from gir.runtime.awake_call import MAX_ARGS, AwakeChoice, awake_calls, awake_thunk
-from gir.backends.cpu.compiler import build
+from test_cpu_awake import gemv_softmax_library_model  # GEMV, softmax, library matmul, softmax, GEMV
 
 
 def test_the_calls_before_the_last_fork_that_do_not_fork_run_awake():
@@ -91,27 +91,9 @@ def test_the_choice_tries_both_modes_then_keeps_the_faster_and_explores_the_othe
     assert AwakeChoice(always=True).next() is True
 
 
-def _fork_library_fork():
-    """GEMV (forks) -> softmax (one thread) -> a library matmul -> softmax (one thread) -> GEMV
-    (forks) (tests/test_cpu_awake.py)."""
-    rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(rng.standard_normal((768, 3072)).astype(np.float32) / 30, "w1"),
-             numpy_helper.from_array(rng.standard_normal((3072, 768)).astype(np.float32) / 50, "w2"),
-             numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) / 8, "w3"),
-             numpy_helper.from_array(np.array([48, 64], np.int64), "rows"),
-             numpy_helper.from_array(np.array([1, 3072], np.int64), "flat")]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Reshape", ["h", "rows"], ["r"]),
-             helper.make_node("Softmax", ["r"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "w3"], ["m"]),
-             helper.make_node("Softmax", ["m"], ["q"], axis=-1), helper.make_node("Reshape", ["q", "flat"], ["r2"]),
-             helper.make_node("MatMul", ["r2", "w2"], ["y"])]
-    io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
-    return helper.make_model(helper.make_graph(nodes, "lib", [io("x", [1, 768])], [io("y", [1, 768])], inits),
-                             opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-
-
 @pytest.mark.parametrize("mode", ["on", "auto"])
 def test_a_session_runs_the_same_awake_and_plain(monkeypatch, mode):
-    model = _fork_library_fork()
+    model = gemv_softmax_library_model()
     feeds = {"x": np.random.default_rng(2).standard_normal((1, 768)).astype(np.float32)}
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     monkeypatch.setenv(awake_call.AWAKE_ENV, mode)
@@ -135,5 +117,5 @@ def test_a_session_runs_the_same_awake_and_plain(monkeypatch, mode):
 
 def test_off_runs_nothing_awake(monkeypatch):
     monkeypatch.setenv(awake_call.AWAKE_ENV, "off")
-    session = gir.Session(_fork_library_fork(), target="cpu", plan_cache=None)
+    session = gir.Session(gemv_softmax_library_model(), target="cpu", plan_cache=None)
     assert session.engine.awake == frozenset() and session.engine.awake_choice is None

@@ -63,10 +63,9 @@ def test_small_kernels_between_forking_kernels_fork_where_they_outlast_the_spin(
     assert woken_kernels(*_launches(_gemv_small_gemv(), _with_spin(1.0))) == frozenset()  # all within the spin
 
 
-def test_a_stretch_a_library_op_bounds_is_left_alone():
+def gemv_softmax_library_model():
     """GEMV (forks) -> softmax (one thread) -> a library matmul -> softmax (one thread) -> GEMV
-    (forks): the library op's threads are chosen when the engine makes it, so neither softmax
-    is woken, though each would be were the library op taken to fork."""
+    (forks); tests/test_awake_call.py runs it too."""
     rng = np.random.default_rng(1)
     inits = [numpy_helper.from_array(rng.standard_normal((768, 3072)).astype(np.float32) / 30, "w1"),
              numpy_helper.from_array(rng.standard_normal((3072, 768)).astype(np.float32) / 50, "w2"),
@@ -78,8 +77,15 @@ def test_a_stretch_a_library_op_bounds_is_left_alone():
              helper.make_node("Softmax", ["m"], ["q"], axis=-1), helper.make_node("Reshape", ["q", "flat"], ["r2"]),
              helper.make_node("MatMul", ["r2", "w2"], ["y"])]
     io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
-    model = helper.make_model(helper.make_graph(nodes, "lib", [io("x", [1, 768])], [io("y", [1, 768])], inits),
-                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return helper.make_model(helper.make_graph(nodes, "lib", [io("x", [1, 768])], [io("y", [1, 768])], inits),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_a_stretch_a_library_op_bounds_is_left_alone():
+    """GEMV (forks) -> softmax (one thread) -> a library matmul -> softmax (one thread) -> GEMV
+    (forks): the library op's threads are chosen when the engine makes it, so neither softmax
+    is woken, though each would be were the library op taken to fork."""
+    model = gemv_softmax_library_model()
     target = _with_spin(1e-9)
     p, launches = _launches(model, target)
     kinds = ["library" if isinstance(x, BasicOp) else "forks" if not runs_on_one_thread(x[1].params, target)
