@@ -18,6 +18,7 @@ CONVS = {  # x shape, w shape, strides, pads (begin..., end...), dilations, grou
     "dense": ((2, 5, 9, 8), (7, 5, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1, True),
     "dense_no_bias": ((1, 4, 6, 6), (8, 4, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], 1, False),
     "pointwise": ((1, 16, 7, 5), (24, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True),
+    "pointwise_batched_no_bias": ((2, 12, 6, 9), (20, 12, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, False),
     "grouped_strided_dilated": ((2, 6, 9, 11), (4, 3, 3, 2), [2, 1], [1, 0, 2, 1], [1, 2], 2, True),
     "depthwise": ((1, 8, 7, 7), (8, 1, 5, 5), [1, 1], [2, 2, 2, 2], [1, 1], 8, True),
     "depthwise_strided": ((1, 16, 12, 12), (16, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 16, True),
@@ -70,11 +71,26 @@ def _close(got, want):
 
 @needs_onednn
 @pytest.mark.parametrize("case", CONVS)
-@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("blocked", [False, True, onednn.MATMUL])
 @pytest.mark.parametrize("threads", [0, 1])
 def test_conv_on_onednn(case, blocked, threads):
     op, tensors, values, want = _conv_case(case)
+    if blocked == onednn.MATMUL and not onednn.pointwise(op, tensors):
+        pytest.skip("only a 1x1 conv runs as a matmul")
     _close(_run_dnnl(op, tensors, values, ["w"], choice=(blocked, threads)), want)
+
+
+def test_only_a_plain_1x1_conv_runs_as_a_matmul():
+    """Stride 1, no padding, one group, every kernel extent 1 (1-d and 2-d alike); a pointwise
+    conv offers the matmul among its layouts, and oneDNN runs it on a real kernel, not ref."""
+    assert {c for c in CONVS if onednn.pointwise(*_conv_case(c)[:2])} == {"pointwise", "pointwise_batched_no_bias"}
+    op, tensors, _, _ = _conv_case("pointwise")
+    for change in ({"strides": (2, 1)}, {"pads": (0, 1, 0, 0)}, {"group": 2}):
+        assert not onednn.pointwise(BasicOp("c", "conv", op.inputs, op.outputs, op.attrs | change, "t"), tensors)
+    if onednn.library() is not None:
+        made = onednn.prepare(op, tensors, {"w": tensors["w"].value.reshape(-1)}, choice=(onednn.MATMUL, 0))
+        assert not isinstance(made, str) and not made.impl.startswith("ref"), made
+        assert made.choice == (onednn.MATMUL, 0) and made.operands[:2] == ["w", "x"]
 
 
 @needs_onednn

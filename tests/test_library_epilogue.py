@@ -121,7 +121,8 @@ CHAINS = [(k,) for k in ACTIVATIONS] + [("residual",), ("residual", "relu"), ("r
 @pytest.mark.parametrize("chain", CHAINS, ids="-".join)
 def test_conv_epilogue_on_onednn(case, chain):
     op, tensors, values, want = _conv_case(case, chain)
-    for blocked in (False, True):  # post-ops, and the epilogue as primitives of its own after the op
+    layouts = (False, True) + ((onednn.MATMUL,) if onednn.pointwise(op, tensors) else ())
+    for blocked in layouts:  # post-ops, and the epilogue as primitives of its own after the op
         for separate in (False, True):
             _close(_run_dnnl(op, tensors, values, ["w", "b"], choice=(blocked, 0, separate)), want)
     _close(_run_dnnl(op, tensors, values, ["w", "b"]), want)  # the timed choice

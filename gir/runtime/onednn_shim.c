@@ -45,6 +45,8 @@ typedef struct {
     /* a buffer in the primitive's own layout that the previous op left its output in (src) or
      * that the next op reads this op's output from (dst): no reorder (gir_dnnl_handoff) */
     void *src_handoff, *dst_handoff;
+    /* a bias per row of a matmul (a 1x1 conv as W @ X): a binary add, first in the chain */
+    dnnl_memory_t row_bias;
 } gir_op;
 
 #define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) return (int)s_; } while (0)
@@ -90,13 +92,19 @@ static const dnnl_alg_kind_t eltwise_algs[] = {
 /* The primitive attribute carrying the epilogue (NULL *attr for none); residual memories are
  * created on `op` (no data: a run points them at the operands). */
 static int make_post_ops(gir_op *op, int n_post, const int *kinds, const float *alpha, const float *beta,
-                         const_dnnl_memory_desc_t dst_plain, dnnl_primitive_attr_t *attr) {
+                         const_dnnl_memory_desc_t dst_plain, const_dnnl_memory_desc_t row_bias,
+                         dnnl_primitive_attr_t *attr) {
     *attr = NULL;
-    if (n_post <= 0) return 0;
+    if (n_post <= 0 && !row_bias) return 0;
     if (n_post > GIR_MAX_POST) return (int)dnnl_invalid_arguments;
     dnnl_post_ops_t po;
     CHECK(dnnl_post_ops_create(&po));
-    int r = 0;
+    int r = 0, first = 0;
+    if (row_bias) {
+        r = (int)dnnl_post_ops_append_binary(po, dnnl_binary_add, row_bias);
+        if (!r) r = (int)dnnl_memory_create(&op->row_bias, row_bias, engine, DNNL_MEMORY_NONE);
+        first = 1;
+    }
     for (int i = 0; i < n_post && !r; i++) {
         if (kinds[i] == GIR_POST_RESIDUAL && !op->has_sum) {
             r = (int)dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef);
@@ -105,7 +113,7 @@ static int make_post_ops(gir_op *op, int n_post, const int *kinds, const float *
         } else if (kinds[i] == GIR_POST_RESIDUAL) {
             r = (int)dnnl_post_ops_append_binary(po, dnnl_binary_add, dst_plain);
             if (!r) r = (int)dnnl_memory_create(&op->bin[op->n_res], dst_plain, engine, DNNL_MEMORY_NONE);
-            if (!r) op->bin_index[op->n_res++] = i;
+            if (!r) op->bin_index[op->n_res++] = first + i;
         } else if (kinds[i] >= 0 && kinds[i] < GIR_N_ELTWISE) {
             r = (int)dnnl_post_ops_append_eltwise(po, eltwise_algs[kinds[i]], alpha[i], beta[i]);
         } else {
@@ -276,7 +284,7 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
     }
     dnnl_primitive_desc_t pd;
     dnnl_primitive_attr_t attr;
-    CHECK(make_post_ops(op, separate ? 0 : n_post, post_kinds, post_alpha, post_beta, dst_user, &attr));
+    CHECK(make_post_ops(op, separate ? 0 : n_post, post_kinds, post_alpha, post_beta, dst_user, NULL, &attr));
     dnnl_status_t s = dnnl_convolution_forward_primitive_desc_create(
         &pd, engine, dnnl_forward_inference, dnnl_convolution_direct, src_md, wei_md, bias_md, dst_md, st, di, pl,
         pr, attr);
@@ -294,8 +302,9 @@ int gir_dnnl_conv(gir_op **out, int nsp, const int64_t *x_dims, const int64_t *w
 }
 
 /* numpy matmul over float32 operands of `nd` dims (batch dims broadcast where one side has 1).
- * b: the constant right operand, or NULL when it is computed. has_bias: a bias of the last
- * dim's length, added along it. The epilogue as for gir_dnnl_conv. */
+ * b: the constant right operand, or NULL when it is computed. has_bias: 1, a bias of the last
+ * dim's length, added along it; 2, one of the second-to-last dim's, one per row. The epilogue
+ * as for gir_dnnl_conv. */
 int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *b_dims, const int64_t *c_dims,
                     const float *b, int has_bias, int n_post, const int *post_kinds, const float *post_alpha,
                     const float *post_beta, int separate, char *impl, int impl_len) {
@@ -310,14 +319,20 @@ int gir_dnnl_matmul(gir_op **out, int nd, const int64_t *a_dims, const int64_t *
     CHECK(plain_md(&b_user, nd, b_dims));
     if (op->wei_const) CHECK(any_md(&b_md, nd, b_dims));
     else CHECK(plain_md(&b_md, nd, b_dims));
+    dnnl_memory_desc_t row_md = NULL;
     if (has_bias) {
+        /* 1: along the last dim, the primitive's own bias; 2: one per row (a 1x1 conv as W @ X),
+         * a binary add post-op (oneDNN's GEMM matmul takes no row bias: ref:any, 600x slower) */
         int64_t bd[8];
-        for (int i = 0; i < nd; i++) bd[i] = i == nd - 1 ? c_dims[i] : 1;
-        CHECK(plain_md(&bias_md, nd, bd));
+        int along = has_bias == 2 ? nd - 2 : nd - 1;
+        for (int i = 0; i < nd; i++) bd[i] = i == along ? c_dims[i] : 1;
+        CHECK(plain_md(has_bias == 2 ? &row_md : &bias_md, nd, bd));
+        op->has_bias = has_bias == 1;
     }
     dnnl_primitive_desc_t pd;
     dnnl_primitive_attr_t attr;
-    CHECK(make_post_ops(op, separate ? 0 : n_post, post_kinds, post_alpha, post_beta, c_md, &attr));
+    CHECK(make_post_ops(op, separate ? 0 : n_post, post_kinds, post_alpha, post_beta, c_md, row_md, &attr));
+    if (row_md) dnnl_memory_desc_destroy(row_md);
     dnnl_status_t s = dnnl_matmul_primitive_desc_create(&pd, engine, a_md, b_md, bias_md, c_md, attr);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (bias_md) dnnl_memory_desc_destroy(bias_md);
@@ -424,6 +439,10 @@ static int run_op(gir_op *op, void *src, void *wei, void *bias, void *dst, void 
             memmove(dst, post[0], op->res_bytes);
         }
     }
+    if (op->row_bias) {
+        CHECK(dnnl_memory_set_data_handle(op->row_bias, bias));
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, op->row_bias};
+    }
     for (int i = op->has_sum; i < op->n_res; i++) {
         CHECK(dnnl_memory_set_data_handle(op->bin[i], post[i]));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(op->bin_index[i]) | DNNL_ARG_SRC_1, op->bin[i]};
@@ -459,6 +478,7 @@ void gir_dnnl_free(gir_op *op) {
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     for (int i = 0; i < op->n_res; i++)
         if (op->bin[i]) dnnl_memory_destroy(op->bin[i]);
+    if (op->row_bias) dnnl_memory_destroy(op->row_bias);
     for (int i = 0; i < op->n_sep; i++) {
         dnnl_primitive_destroy(op->sep[i]);
         if (op->sep_src1[i]) dnnl_memory_destroy(op->sep_src1[i]);
