@@ -69,21 +69,22 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+POINTWISE = ("pointwise", "pointwise_batched_no_bias")  # the cases a conv's matmul layout takes
+
+
 @needs_onednn
-@pytest.mark.parametrize("case", CONVS)
-@pytest.mark.parametrize("blocked", [False, True, onednn.MATMUL])
+@pytest.mark.parametrize("case,blocked", [(c, b) for c in CONVS for b in (False, True)]
+                         + [(c, onednn.MATMUL) for c in POINTWISE])
 @pytest.mark.parametrize("threads", [0, 1])
 def test_conv_on_onednn(case, blocked, threads):
     op, tensors, values, want = _conv_case(case)
-    if blocked == onednn.MATMUL and not onednn.pointwise(op, tensors):
-        pytest.skip("only a 1x1 conv runs as a matmul")
     _close(_run_dnnl(op, tensors, values, ["w"], choice=(blocked, threads)), want)
 
 
 def test_only_a_plain_1x1_conv_runs_as_a_matmul():
     """Stride 1, no padding, one group, every kernel extent 1 (1-d and 2-d alike); a pointwise
     conv offers the matmul among its layouts, and oneDNN runs it on a real kernel, not ref."""
-    assert {c for c in CONVS if onednn.pointwise(*_conv_case(c)[:2])} == {"pointwise", "pointwise_batched_no_bias"}
+    assert {c for c in CONVS if onednn.pointwise(*_conv_case(c)[:2])} == set(POINTWISE)
     op, tensors, _, _ = _conv_case("pointwise")
     for change in ({"strides": (2, 1)}, {"pads": (0, 1, 0, 0)}, {"group": 2}):
         assert not onednn.pointwise(BasicOp("c", "conv", op.inputs, op.outputs, op.attrs | change, "t"), tensors)
