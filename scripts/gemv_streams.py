@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gir.backends.cpu.calibration import _without_stream_gain
+from gir.backends.cpu.calibration import one_row_gemv_target
 from gir.backends.cpu.compiler import build
 from gir.backends.cpu.emitter import CpuEmitter
 from gir.backends.kernels import split_kernels
@@ -44,7 +44,7 @@ int gemv_max_threads(void) { return omp_get_max_threads(); }
 
 
 def forms(k: int, n: int) -> dict[str, tuple]:
-    flat, graphs_by_rows = gemv_forms(_without_stream_gain(), k, n, (2, 4, 8))
+    flat, graphs_by_rows = gemv_forms(one_row_gemv_target(), k, n, (2, 4, 8))
     graphs = {("1 row a unit" if rows == 1 else f"{rows} rows side by side"): g for rows, g in graphs_by_rows.items()}
     for rows in (4, 8):  # the form a grid that rows do not divide takes (GPT-2's lm_head)
         g = spread_units(graphs_by_rows[1], rows, adjacent=True)

@@ -233,7 +233,7 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
                        hot_unit_bandwidth=hot_one)
 
 
-def _without_stream_gain():
+def one_row_gemv_target():
     """The local CPU target planning GEMVs a row at a time (no spreading): the probe's baseline."""
     from .target import local_cpu
     base = local_cpu()
@@ -257,7 +257,7 @@ def _stream_gain(lib, repeats: int) -> float:
     ROWS = GAINFUL_STREAMS
     k, n = 768, 3072  # GPT-2's c_fc GEMV, over matrices in turn that together exceed the cache
     from gir.fusion.spread import gemv_forms
-    target, forms = gemv_forms(_without_stream_gain(), k, n, (ROWS,))
+    target, forms = gemv_forms(one_row_gemv_target(), k, n, (ROWS,))
     if ROWS not in forms:
         return 1.0
     emitter, kernels = CpuEmitter(target), {}
