@@ -6,7 +6,7 @@ them costs the next fork 55-65 us on the 2-core Intel VM (an empty region after 
 work, as `gir calibrate` times it) and 100-180 us for a oneDNN conv in sequence
 (scripts/step_times_cpu.py). A longer spin keeps them awake but costs latency when another
 process holds a core: `GOMP_SPINCOUNT` for 1 ms took the zoo's CNNs and GPT-2 decode to
-9.9-15.9x their idle latency (scripts/bench_cpu.py --busy, 2026-11-27). So the engine keeps them spinning only
+9.9-15.9x their idle latency (results/spin_window_busy.md). So the engine keeps them spinning only
 through the one-thread calls that lead up to a fork (`awake_calls`), in its own loop, and lets
 them sleep between runs. `gir_awake_call(fn, returns_int, n, args)` calls `fn` with `n`
 pointer arguments on the calling thread inside a parallel region whose other threads spin on a
@@ -15,6 +15,9 @@ inside `fn` runs on the calling thread alone, as a one-thread call does anyway."
 from __future__ import annotations
 
 import ctypes
+import os
+import statistics
+from collections import deque
 from functools import lru_cache
 
 MAX_ARGS = 32  # a call with more pointer arguments runs plainly
@@ -96,7 +99,6 @@ def awake_thunk(fn, args: list, returns_int: bool = False):
 def awake_plan(forks: list[bool]) -> tuple[frozenset, "AwakeChoice | None"]:
     """(the calls of a run that may run awake, the choice of mode per run), as $GIR_AWAKE says:
     off: none; on: every run awake; auto (the default): AwakeChoice. None where no call may."""
-    import os
     mode = os.environ.get(AWAKE_ENV, "auto").lower()
     calls = awake_calls(forks) if mode != "off" and team_size() > 1 else frozenset()
     return calls, (AwakeChoice(always=mode == "on") if calls else None)
@@ -124,13 +126,11 @@ class AwakeChoice:
     FIRST = 3   # runs per mode before choosing
 
     def __init__(self, always: bool = False):
-        from collections import deque
         self.always = always
         self.seconds = {True: deque(maxlen=self.WINDOW), False: deque(maxlen=self.WINDOW)}
         self.runs = 0
 
     def best(self) -> bool:
-        import statistics
         return min((True, False), key=lambda mode: statistics.median(self.seconds[mode]))
 
     def next(self) -> bool:

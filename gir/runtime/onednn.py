@@ -164,9 +164,16 @@ class DnnlOp:
         self.lib.gir_dnnl_handoff(self.handle, None if src is None else src.ctypes.data,
                                   None if dst is None else dst.ctypes.data)
 
+    @property
+    def layout(self) -> str:
+        """How the op reads and writes its activations, for reports: "blocked", "as a matmul" or ""."""
+        return "as a matmul" if self.blocked == MATMUL else "blocked" if self.blocked else ""
+
     def call(self, src: int, wei: int, bias: int, *rest: int) -> None:
         post = (ctypes.c_void_p * len(rest[:-1]))(*rest[:-1]) if len(rest) > 1 else None
-        status = self.lib.gir_dnnl_run(self.handle, src, wei, bias, rest[-1], *self._stage_ptrs, post)
+        self._check(self.lib.gir_dnnl_run(self.handle, src, wei, bias, rest[-1], *self._stage_ptrs, post))
+
+    def _check(self, status: int) -> None:
         if status:
             raise RuntimeError(f"oneDNN primitive ({self.impl}) failed with status {status}")
 
@@ -175,16 +182,13 @@ class DnnlOp:
         (gir/runtime/awake_call.py), or None where that cannot be."""
         from gir.runtime.awake_call import awake_thunk
         post = (ctypes.c_void_p * len(rest[:-1]))(*rest[:-1]) if len(rest) > 1 else None
-        args = [self.handle.value if hasattr(self.handle, "value") else self.handle, src, wei, bias, rest[-1],
-                *self._stage_ptrs, ctypes.cast(post, ctypes.c_void_p).value if post is not None else None]
-        run = awake_thunk(self.lib.gir_dnnl_run, args, returns_int=True)
+        run = awake_thunk(self.lib.gir_dnnl_run, [self.handle.value, src, wei, bias, rest[-1], *self._stage_ptrs,
+                                                  ctypes.addressof(post) if post is not None else None], returns_int=True)
         if run is None:
             return None
 
         def thunk():
-            status = run()
-            if status:
-                raise RuntimeError(f"oneDNN primitive ({self.impl}) failed with status {status}")
+            self._check(run())
         thunk.keep = (post, run)
         return thunk
 
@@ -226,10 +230,8 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
     if choice is not None:
         return _prepare(op, tensors, constants, *choice)
     lib = library()
-    layouts = ((True, False) + ((MATMUL,) if pointwise(op, tensors) else ())) if op.kind == "conv" else (False,)
     threads = (0, 1) if lib is not None and lib.gir_dnnl_pool() > 1 and _macs(op, tensors) < TIME_ONE_THREAD_BELOW else (0,)
-    apart = (False, True) if op.attrs.get("epilogue") else (False,)
-    made = [_prepare(op, tensors, constants, b, n, e) for b in layouts for n in threads for e in apart]
+    made = [_prepare(op, tensors, constants, *c) for c in candidate_choices(op, tensors, threads)]
     ok = [m for m in made if not isinstance(m, str)]
     # oneDNN's reference kernels are loops for checking, not for running: a 64-channel dilated
     # 3x3 conv at 256x256 with a sum post-op in the plain layout fell onto ref:any and took
@@ -246,11 +248,20 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
 MATMUL = "matmul"  # a conv's layout choice: a 1x1 conv as a matmul, W @ X per image, all plain
 
 
+def candidate_choices(op: BasicOp, tensors: dict, threads: tuple = (0,)) -> list[tuple]:
+    """(blocked, threads, separate) of every choice `prepare` makes for `op` with these thread
+    counts: each layout (convs: blocked, plain, and the matmul for a 1x1 conv), each epilogue form."""
+    layouts = ((True, False) + ((MATMUL,) if pointwise(op, tensors) else ())) if op.kind == "conv" else (False,)
+    apart = (False, True) if op.attrs.get("epilogue") else (False,)
+    return [(b, n, e) for b in layouts for n in threads for e in apart]
+
+
 def pointwise(op: BasicOp, tensors: dict) -> bool:
     """A 1x1 conv, stride 1, no padding, one group: per image a matmul W[M, C] @ X[C, HW] on the
     plain layouts, which oneDNN runs as a GEMM with the epilogue in its registers, where its NCHW
     convolution applies post-ops in a slow pass of their own (EfficientNet-B0's 16 -> 96 conv
-    at 112x112 with SiLU, one thread, alone: 8.1 ms, 0.95 ms with the SiLU apart)."""
+    at 112x112 with SiLU, one thread, alone: 8.0 ms, 0.92 ms with the SiLU apart, 0.74 ms as a
+    matmul; scripts/library_choices.py, results/library_choices_efficientnet_b0.md)."""
     w, a = tensors[op.inputs[1]].shape, op.attrs
     return (op.kind == "conv" and len(w) >= 3 and all(k == 1 for k in w[2:]) and a.get("group", 1) == 1
             and all(v == 1 for v in a["strides"]) and not any(a["pads"]))
@@ -392,6 +403,6 @@ def _create(lib, op: BasicOp, tensors: dict, constants: dict, blocked: bool, sep
             lib.gir_dnnl_free(handle)
         return f"oneDNN refused it (status {status})"
     made = DnnlOp(lib, handle, impl.value.decode(errors="replace"), operands, keep)
-    made.blocked = blocked if op.kind == "conv" else False
+    made.blocked = blocked  # False for a matmul (its only layout)
     made.separate = separate
     return made

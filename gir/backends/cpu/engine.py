@@ -89,7 +89,7 @@ class NativeCpuEngine:
                     self.library_ops[call.name] = f"numpy: {made}"
                 else:
                     self.dnnl[c] = made
-                    self.library_ops[call.name] = (f"onednn: {made.impl}" + (f" ({'as a matmul' if made.blocked == onednn.MATMUL else 'blocked'})" if made.blocked else "")
+                    self.library_ops[call.name] = (f"onednn: {made.impl}" + (f" ({made.layout})" if made.layout else "")
                                                    + (" (one thread)" if made.threads == 1 else "")
                                                    + (" (epilogue apart)" if made.separate else ""))
                     self.layouts[call.name] = made.choice
