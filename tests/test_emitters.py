@@ -371,7 +371,8 @@ def test_compile_rejects_spills_and_oversized_shared_memory():
     # the validator's register budget now refuses this candidate; a target with a looser budget
     # still builds it, so the compiler's own spill report is what rejects it here
     loose = get_target("mi250x")
-    loose = dataclasses.replace(loose, memory=(dataclasses.replace(loose.memory[0], capacity_bytes=512 * 4), *loose.memory[1:]))
+    loose = dataclasses.replace(loose, memory=(dataclasses.replace(loose.memory[0], capacity_bytes=512 * 4), *loose.memory[1:]),
+                                register_file_bytes=0)
     heavy = next(c.graph for c in candidates(op, ts, loose).candidates
                  if c.label == "unit(outputs_per_unit=4, units_per_block=8)")
     with pytest.raises(ResourceError, match=r"^kernel \S+ spills registers on gfx908"):

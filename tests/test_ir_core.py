@@ -122,6 +122,29 @@ def test_validator_lists_every_problem():
     assert "units per block exceed" in text and "has no shared memory" in text
 
 
+def test_validator_budgets_registers_by_block_size():
+    """A block's lanes share one SM's 64K registers: 512 threads leave 128 a thread (512 bytes),
+    although one thread may address 255. EfficientNet-B0's SiLU + squeeze in one 512-thread block
+    needed 780 bytes, passed the old per-thread check and spilled in NVRTC."""
+    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice, U, REGISTER
+    h100 = get_target("h100")
+    assert h100.block_register_bytes_per_lane(16) == 512 and h100.block_register_bytes_per_lane(4) == h100.register_bytes_per_lane
+    assert get_target("cpu").block_register_bytes_per_lane(64) == get_target("cpu").register_bytes_per_lane
+
+    def held(units_per_block: int, per_lane: int) -> GIRGraph:
+        n = 32 * per_lane
+        g = GIRGraph("held", ParallelPrimitive((1,), units_per_block), h100)
+        g.buffer("x", DRAM, (n * units_per_block,), role="input")
+        g.buffer("y", DRAM, (n * units_per_block,), role="output")
+        g.buffer("r", REGISTER, n)
+        g.add(Move(src=Slice.flat("x", n * U, n), dst=Slice.flat("r", 0, n)))
+        g.add(Move(src=Slice.flat("r", 0, n), dst=Slice.flat("y", n * U, n)))
+        return g
+    validate(held(8, 160))  # 640 bytes a lane in 256 threads: fits
+    with pytest.raises(GraphError, match="holds 640 register bytes per lane, H100 has 512 in a block of 512 lanes"):
+        validate(held(16, 160))
+
+
 def test_validator_rejects_register_overflow_and_out_of_bounds():
     with pytest.raises(GraphError, match="register bytes per lane"):
         validate(softmax_unit_per_row(2, 200_000, get_target("h100")))

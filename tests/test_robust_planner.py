@@ -96,3 +96,30 @@ def test_layer_normalization_two_phase(shape, axis):
 def test_instance_normalization_two_phase():
     shapes = {"x": (2, 10, 32, 32), "g": (10,), "b": (10,)}
     _check(_model(helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"]), shapes), _feeds(shapes))
+
+
+def test_silu_and_squeeze_of_efficientnet_stage6_compile_without_spills():
+    """EfficientNet-B0's x * sigmoid(x) and global average pool over (1, 672, 7, 7) fused into one
+    512-thread block holding 780 register bytes a lane; NVRTC capped it at 128 registers and
+    spilled, and the model failed on an H100 (ResourceError). The planner now budgets a lane's
+    registers by its block's share of the SM, so every kernel builds without spilling."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (scripts/setup.sh)")
+    from gir.build import build_steps
+    shape = [1, 672, 7, 7]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    pooled = helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 672, 1, 1])
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"]),
+             helper.make_node("GlobalAveragePool", ["y"], ["pooled"])]
+    model = helper.make_model(helper.make_graph(nodes, "silu_squeeze", [x], [y, pooled]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    p = plan(load(model), get_target("cuda:sm_90"), limit=2)
+    steps = build_steps(p)  # ResourceError on a spill
+    for launch in (k for s in steps for k in s.launches):
+        assert launch["registers"] * launch["block"][0] <= 64 * 1024, launch["kernel"]
+    feeds = _feeds({"x": shape})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = execute(p, feeds)
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["pooled"], want[1], rtol=1e-5, atol=1e-6)

@@ -45,7 +45,7 @@ from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
 from gir.ir.vector_access import vector_width
 from gir.rewrite.tidy import tidy_slice
 
-REGISTER_FILE_BYTES = 256 * 1024  # per SM / CU: 64K 32-bit registers on NVIDIA (sm_80, sm_90) and CDNA
+REGISTER_FILE_BYTES = 256 * 1024  # per processor, where the target names none (Target.register_file_bytes)
 SMOOTHING = 4                     # the norm that combines the overlapped terms
 UNIT_SETUP = 12                   # unit-instructions every unit spends on its indices (prologue)
 ADDRESS = 1                       # unit-instructions of address arithmetic per memory instruction
@@ -378,7 +378,7 @@ def _residency(graph: GIRGraph, registers_per_lane: int | None = None) -> tuple[
     per_unit_regs = max(per_lane, 4) * t.lanes_per_unit
     limits = [t.timing.max_blocks_per_processor, t.max_units_per_processor // upb]
     if t.has_level(SHARED) or t.lanes_per_unit > 1 and t.max_units_per_processor > 1:
-        limits.append(REGISTER_FILE_BYTES // (per_unit_regs * upb))
+        limits.append((t.register_file_bytes or REGISTER_FILE_BYTES) // (per_unit_regs * upb))
     smem = shared_bytes_per_block(graph)
     if smem:
         limits.append(t.shared_bytes_per_block // smem)

@@ -110,6 +110,9 @@ class Target:
     notes: str = ""
     timing: Timing = NOMINAL_TIMING
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    # Register bytes one processor gives the lanes of a block, which all run on it: a lane of
+    # a larger block gets fewer (0: no such bound, a CPU thread's registers are its stack).
+    register_file_bytes: int = 0
 
     def level(self, name: str) -> MemoryLevel:
         for level in self.memory:
@@ -141,12 +144,24 @@ class Target:
     def register_bytes_per_lane(self) -> int:
         return self.level(REGISTER).capacity_bytes
 
+    def block_register_bytes_per_lane(self, units_per_block: int) -> int:
+        """Register bytes a lane may hold in a block of `units_per_block` units: a 512-thread
+        CUDA block leaves 128 registers a thread of the 255 one thread may address."""
+        per_lane = self.register_bytes_per_lane
+        if self.register_file_bytes:
+            per_lane = min(per_lane, self.register_file_bytes // (units_per_block * self.lanes_per_unit))
+        return per_lane
+
     @property
     def shared_bytes_per_block(self) -> int:
         return self.level(SHARED).capacity_bytes if self.has_level(SHARED) else 0
 
 
 GPU_LAUNCH_S = 2e-6  # gap between back-to-back kernels in one stream: 1-3 us on CUDA and HIP (public launch-latency measurements)
+# Registers a block's lanes share on one SM / CU: 64K 32-bit registers per SM on sm_80 and sm_90
+# (CUDA C++ Programming Guide, compute-capability table); on CDNA the compiler gives a 512-thread
+# block 128 VGPRs a lane (gfx908, tests/test_emitters.py), the same 256 KiB.
+GPU_REGISTER_FILE_BYTES = 256 * 1024
 
 
 def gpu_target(name, backend, arch, unit, lanes, max_units, procs, regs, smem, dram_bw, smem_bw, fp32, matrix, notes,
@@ -163,6 +178,7 @@ def gpu_target(name, backend, arch, unit, lanes, max_units, procs, regs, smem, d
         ),
         peak_flops=fp32, peak_matrix_flops=matrix, launch_latency_s=launch_s,
         max_units_per_processor=2048 // lanes, notes=notes, timing=timing,
+        register_file_bytes=GPU_REGISTER_FILE_BYTES,
     )
 
 
