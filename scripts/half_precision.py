@@ -1,6 +1,7 @@
-"""The zoo in half precision on the CPU target: each model built with fp16 and with bf16 weights
+"""The zoo in half precision on a target (the CPU by default): each model built with fp16 and with bf16 weights
 and activations (`models.build(name, dtype=...)`, models/half.py: LayerNorm and softmax in fp32
-between Casts) runs through gir.Session (target cpu, native engine) and is compared with the fp32
+between Casts) runs through gir.Session (target cpu, native engine, or --target cuda:sm_90 on a GPU: cuBLASLt and
+cuDNN in half precision) and is compared with the fp32
 model in onnxruntime on the same seeded inputs (rounded to the half type for GIR).
 
 Error per model: the worst over its outputs of max |gir - ort| / max |ort| of that output (relative
@@ -11,7 +12,11 @@ model adds beyond those is the rounding of every stored activation. "onnxruntime
 error of onnxruntime running the fp16 model itself (an independent half-precision implementation;
 onnxruntime has no CPU kernels for bf16 Conv or Add, so none for bf16).
 
-    PYTHONPATH=. python scripts/half_precision.py [--tiny] [--dtype fp16 bf16] [--reference] [--out FILE] [MODEL ...]
+    PYTHONPATH=. python scripts/half_precision.py [--tiny] [--dtype fp16 bf16] [--reference]
+        [--target cpu] [--runs N] [--out FILE] [MODEL ...]
+
+--runs N also times the half session and the fp32 model's session on the same target (median of
+N runs after one warm-up, host to host as Session.run is).
 
 --reference also runs the half model through GIR's frontend numpy reference (gir.frontend.
 run_reference: every ONNX op's result rounded to the half type, the semantics GIR's kernels
@@ -61,14 +66,31 @@ def half_feeds(feeds: dict, dtype: np.dtype) -> dict:
     return {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in feeds.items()}
 
 
-def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference: bool = False) -> list[dict]:
+def median_ms(session, feeds: dict, runs: int) -> float:
+    session.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference: bool = False,
+            target: str = "cpu", runs: int = 0) -> list[dict]:
     fp32 = models.build(name, tiny=tiny)
     feeds = models.example_inputs(fp32, 0)
     ref = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
     want = [np.asarray(w, np.float64) for w in ref.run(None, feeds)]
+    fp32_ms = None
+    if runs:
+        try:
+            fp32_ms = median_ms(gir.Session(fp32, target=target, limit=limit), feeds, runs)
+        except Exception as err:  # noqa: BLE001 -- the half rows still run
+            print(f"{name} fp32: {type(err).__name__}: {one_line(err)[:200]}", flush=True)
     rows = []
     for p in precisions:
-        row = {"model": name, "dtype": p}
+        row = {"model": name, "dtype": p, "target": target}
         try:
             dtype = HALF[p][1]
             hfeeds = half_feeds(feeds, dtype)
@@ -85,7 +107,7 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference:
                 row["ort_half"] = rel_error(ort_half, want)
                 del oh
             start = time.perf_counter()
-            session = gir.Session(half, target="cpu", limit=limit)
+            session = gir.Session(half, target=target, limit=limit)
             row["session_s"] = time.perf_counter() - start
             got = session.run(None, hfeeds)
             assert all(g.dtype == dtype for g in got if g.dtype.kind != "i"), [g.dtype for g in got]
@@ -100,6 +122,8 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference:
                 row["gir_vs_reference"] = rel_error(got, ref_out)
             row["per_output"] = {o.name: rel_error([g], [w]) for o, g, w in zip(session.get_outputs(), got, want)}
             row["library"] = session.library_path
+            if runs:
+                row["ms"], row["fp32_ms"] = median_ms(session, hfeeds, runs), fp32_ms
         except Exception as err:  # noqa: BLE001 -- one row per failure, the others still run
             row["error"] = f"{type(err).__name__}: {one_line(err)[:200]}"
         print(f"{name} {p}: {row.get('rel_err', row.get('error'))}", flush=True)
@@ -107,8 +131,9 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference:
     return rows
 
 
-def table(rows: list[dict], tiny: bool, limit: int) -> str:
-    lines = [f"# The zoo in half precision on the CPU target against fp32 onnxruntime ({'tiny' if tiny else 'full size'})",
+def table(rows: list[dict], tiny: bool, limit: int, target: str = "cpu") -> str:
+    lines = [f"# The zoo in half precision on the {'CPU' if target == 'cpu' else target} target against fp32 onnxruntime "
+             f"({'tiny' if tiny else 'full size'})",
              "", "| model | dtype | max rel err | inputs only | weights only | onnxruntime fp16 | GIR vs onnxruntime fp16 | within ~expected | worst output | session s |",
              "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in rows:
@@ -121,7 +146,14 @@ def table(rows: list[dict], tiny: bool, limit: int) -> str:
                      f"{format(r['ort_half'], '.3g') if 'ort_half' in r else '-'} | "
                      f"{format(r['gir_vs_ort_half'], '.3g') if 'gir_vs_ort_half' in r else '-'} | {ok} | "
                      f"{worst} | {r['session_s']:.1f} |")
-    lines += ["", f"gir.Session(half model, target='cpu', limit={limit}), native engine; onnxruntime "
+    timed = [r for r in rows if "ms" in r]
+    if timed:
+        lines += ["", "| model | dtype | half ms | fp32 ms | half/fp32 |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['model']} | {r['dtype']} | {r['ms']:.3f} | "
+                  + (f"{r['fp32_ms']:.3f} | {r['ms'] / r['fp32_ms']:.2f} |" if r.get("fp32_ms") else "- | - |")
+                  for r in timed]
+    library = sorted({r["library"] for r in rows if r.get("library")})
+    lines += ["", f"gir.Session(half model, target={target!r}, limit={limit}) ({'; '.join(library) or 'no library'}); onnxruntime "
               f"{ort.__version__} CPUExecutionProvider on the fp32 model. Inputs: models.example_inputs(seed 0), "
               "rounded to the half type for GIR. max rel err: worst output's max |gir - ort| / max |ort|. "
               "inputs only: the fp32 model in onnxruntime on the rounded inputs, same measure; weights only: the fp32 "
@@ -150,14 +182,18 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=2)
     ap.add_argument("--out")
     ap.add_argument("--reference", action="store_true", help="also run GIR's frontend numpy reference")
+    ap.add_argument("--target", default="cpu", help="where the half sessions run (cpu, cuda:sm_90, ...)")
+    ap.add_argument("--runs", type=int, default=0, help="also time half and fp32 sessions (median of N runs)")
     args = ap.parse_args()
     out = args.out or f"results/half_precision{'_tiny' if args.tiny else ''}.md"
-    rows = [r for name in args.models for r in run_one(name, args.tiny, args.dtype, args.limit, args.reference)]
-    text = table(rows, args.tiny, args.limit) + (reference_table(rows) if args.reference else "")
-    with open(out, "w") as f:
-        f.write(text)
-    with open(os.path.splitext(out)[0] + ".json", "w") as f:
-        json.dump(rows, f, indent=1, default=str)
+    rows = []
+    for name in args.models:  # written after each model: a run cut short keeps what it measured
+        rows += run_one(name, args.tiny, args.dtype, args.limit, args.reference, args.target, args.runs)
+        text = table(rows, args.tiny, args.limit, args.target) + (reference_table(rows) if args.reference else "")
+        with open(out, "w") as f:
+            f.write(text)
+        with open(os.path.splitext(out)[0] + ".json", "w") as f:
+            json.dump(rows, f, indent=1, default=str)
     print(text)
 
 
