@@ -74,7 +74,9 @@ def _build_forked(index: int) -> BuiltStep:
 def _registers(compiled, name: str) -> dict:
     """The compiler's register count of one kernel, where it reports one (the GPU compilers)."""
     res = getattr(getattr(compiled, "binary", None), "resources", {}).get(name)
-    return {"registers": res.registers} if res is not None else {}
+    if res is None:
+        return {}
+    return {"registers": res.registers, **({"spilled_stack_bytes": res.stack_bytes} if res.spilled else {})}
 
 
 def _compiled_estimate(graph, compiled) -> dict:

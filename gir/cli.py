@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -577,7 +578,20 @@ def _release() -> str:
     return f"{gir_release()} (sources {gir_version().rsplit('+', 1)[-1]})"
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (a kernel that spills, ...) as one line each, like the errors."""
+    print(f"gir: warning: {str(message).splitlines()[0] if str(message) else category.__name__}", file=file or sys.stderr)
+
+
 def main(argv=None) -> int:
+    shown, warnings.showwarning = warnings.showwarning, _warning_line
+    try:
+        return _main(argv)
+    finally:
+        warnings.showwarning = shown
+
+
+def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:  # plain `gir`: what a newcomer types first; help, and success
         parser().print_help()

@@ -84,6 +84,30 @@ def test_compile_emits_and_builds_every_kernel(capsys, tmp_path, target, suffix,
             assert source.with_suffix(binary).exists()
 
 
+def test_compile_warns_of_a_spilling_kernel_in_one_line_and_succeeds(capsys, tmp_path, monkeypatch):
+    """A kernel ptxas gives local memory still runs: `gir compile` says so in one line per
+    kernel, records the stack bytes in plan.json, and exits 0 (a spill failed the build before)."""
+    import dataclasses
+    import warnings
+    from gir.backends.cuda import compiler as nvrtc
+    real = nvrtc.parse_ptxas_log
+
+    def spilling(log):
+        return {k: dataclasses.replace(r, spill_store_bytes=8, stack_bytes=8) for k, r in real(log).items()}
+    monkeypatch.setattr(nvrtc, "parse_ptxas_log", spilling)
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))  # built now, not read from a cache
+    shown = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        code, out, err = run_cli(capsys, "compile", TINY, "--target", "cuda:sm_90", "--quiet", "--jobs", "1",
+                                 "-o", str(tmp_path / "out"))
+    assert warnings.showwarning is shown  # the CLI's one-line form is put back
+    launches = [s for s in json.loads((tmp_path / "out" / "plan.json").read_text())["steps"] if s["kind"] == "launch"]
+    warned = [l for l in err.splitlines() if l.startswith("gir: warning: kernel ")]
+    assert code == 0 and warned and all(l.endswith("bytes of stack): it runs, slower") for l in warned)
+    assert "Traceback" not in err and all(s["spilled_stack_bytes"] == 8 for s in launches)
+
+
 def one_line_error(capsys, code_expected, *argv, match):
     code, out, err = run_cli(capsys, *argv)
     assert code == code_expected

@@ -32,7 +32,7 @@ from backend_cases import PAD_MODES, PAD_SHAPES, compare, fused_graph, planned_a
 from gir.backends.cpu import compiler as cpu
 from gir.backends.cuda.compiler import compile_cuda
 from gir.backends.cuda.emitter import CudaEmitter
-from gir.backends.errors import ResourceError
+from gir.backends.errors import ResourceError, SpillWarning
 from gir.backends.harness.graph_runner import run_on_cpu_harness
 from gir.backends.harness.runner import HarnessError
 from gir.backends.hip.compiler import compile_hip
@@ -365,7 +365,7 @@ def test_shared_memory_crossing_a_device_sync_is_an_error():
         split_kernels(g)
 
 
-def test_compile_rejects_spills_and_oversized_shared_memory():
+def test_compile_warns_of_spills_and_rejects_oversized_shared_memory():
     from gir.backends.hip import emitter as hip
     op, ts = CASES["reduce-fp16-accumulates-in-fp32"]  # 256 halves per lane, 512 threads: > 128 VGPRs
     # the validator's register budget now refuses this candidate; a target with a looser budget
@@ -375,8 +375,11 @@ def test_compile_rejects_spills_and_oversized_shared_memory():
                                 register_file_bytes=0)
     heavy = next(c.graph for c in candidates(op, ts, loose).candidates
                  if c.label == "unit(outputs_per_unit=4, units_per_block=8)")
+    # a build warns and keeps the kernel (it runs, slower); the emitter tests' check refuses it
+    with pytest.warns(SpillWarning, match=r"^kernel \S+ spills registers on gfx908 .*: it runs, slower$"):
+        built = hip.compile(heavy, get_target("mi100"))
     with pytest.raises(ResourceError, match=r"^kernel \S+ spills registers on gfx908"):
-        hip.compile(heavy, get_target("mi100"))
+        check_resources(built.kernels, built.binary.resources, get_target("mi100"))
     g = GIRGraph("big_shared", ParallelPrimitive((1,), 1), get_target("mi250x"))
     g.buffer("x", DRAM, (64,), role="input")
     g.buffer("y", DRAM, (64,), role="output")

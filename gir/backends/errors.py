@@ -34,4 +34,12 @@ class IndexOutOfRange(ValueError):
 
 class ResourceError(RuntimeError):
     """An emitted kernel compiled but would not run well or at all on the target: it spills
-    registers or needs more shared memory than a block may have. The message is one line."""
+    registers (where the caller asks for no spills: the emitter tests) or needs more shared
+    memory than a block may have. The message is one line."""
+
+
+class SpillWarning(UserWarning):
+    """A kernel the compiler gave local memory (a stack frame with spill stores): it runs and
+    computes the same, slower. Builds warn instead of failing the model: ptxas spills for its
+    own reasons too (24 bytes with 32 registers in use, on a fuzzed graph), which no register
+    estimate predicts. The message is one line."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..cstyle import CStyle
 from ..prelude import GPU_PRELUDE
-from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph
+from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph, unit_name
 from .compiler import compile_cuda
 
 STATIC_SHARED = 48 * 1024  # per kernel without an opt-in; larger needs dynamic shared memory
@@ -22,10 +22,11 @@ def emit(kernel: Kernel, target) -> str:
 
 
 def compile(graph, target=None) -> CompiledGraph:
-    """Emit and compile for target.arch (default: the graph's target); ResourceError on spills."""
+    """Emit and compile for target.arch (default: the graph's target); a SpillWarning for a
+    kernel that spills, a ResourceError for shared memory that cannot fit."""
     target = target or graph.target
     source, kernels = emit_graph(CudaEmitter(target), graph)
     check_shared(kernels, target, STATIC_SHARED)
-    binary = compile_cuda(source, target.arch, name=f"{kernels[0].name}.cu")
-    check_resources(kernels, binary.resources, target)
+    binary = compile_cuda(source, target.arch, name=f"{unit_name(graph, kernels)}.cu")
+    check_resources(kernels, binary.resources, target, spills="warn")
     return CompiledGraph(source, kernels, binary)

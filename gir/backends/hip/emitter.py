@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..cstyle import CStyle
 from ..prelude import GPU_PRELUDE
-from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph
+from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph, unit_name
 from .compiler import compile_hip
 
 # A wavefront executes in lockstep; a unit-scope sync on LDS only has to order memory. The CPU
@@ -50,10 +50,11 @@ def emit(kernel: Kernel, target) -> str:
 
 
 def compile(graph, target=None) -> CompiledGraph:
-    """Emit and compile for target.arch (default: the graph's target); ResourceError on spills."""
+    """Emit and compile for target.arch (default: the graph's target); a SpillWarning for a
+    kernel that spills, a ResourceError for shared memory that cannot fit."""
     target = target or graph.target
     source, kernels = emit_graph(HipEmitter(target), graph)
     check_shared(kernels, target)
-    binary = compile_hip(source, target.arch, name=f"{kernels[0].name}.hip")
-    check_resources(kernels, binary.resources, target)
+    binary = compile_hip(source, target.arch, name=f"{unit_name(graph, kernels)}.hip")
+    check_resources(kernels, binary.resources, target, spills="warn")
     return CompiledGraph(source, kernels, binary)
