@@ -145,6 +145,28 @@ def test_validator_budgets_registers_by_block_size():
         validate(held(16, 160))
 
 
+def test_validator_keeps_cuda_shared_memory_within_the_static_limit():
+    """An H100 block may have 227 KiB of shared memory, but only 48 KiB declared statically,
+    which is all the CUDA emitter writes: a fuzzed graph planned a 50,569-byte block reduction
+    and failed at build time. HIP's 64 KiB of LDS are all static."""
+    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice, Sync
+    from gir.ir.target import SHARED, UNIT
+
+    def staged(target: str, floats: int) -> GIRGraph:
+        g = GIRGraph("staged", ParallelPrimitive((1,), 1), get_target(target))
+        g.buffer("x", DRAM, (64,), role="input")
+        g.buffer("y", DRAM, (64,), role="output")
+        g.buffer("%s", SHARED, floats)
+        g.add(Move(src=Slice.flat("x", 0, 64), dst=Slice.flat("%s", 0, 64)))
+        g.add(Sync(scope=UNIT, slice=Slice.flat("%s", 0, 64)))
+        g.add(Move(src=Slice.flat("%s", 0, 64), dst=Slice.flat("y", 0, 64)))
+        return g
+    with pytest.raises(GraphError, match="needs 50000 bytes of shared memory per block, H100's kernels declare at most 49152"):
+        validate(staged("h100", 12_500))
+    validate(staged("h100", 12_288))
+    validate(staged("mi250x", 12_500))
+
+
 def test_validator_rejects_register_overflow_and_out_of_bounds():
     with pytest.raises(GraphError, match="register bytes per lane"):
         validate(softmax_unit_per_row(2, 200_000, get_target("h100")))

@@ -173,6 +173,9 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
     smem = shared_bytes_per_block(graph)
     if smem > tgt.shared_bytes_per_block:
         problems.append(f"needs {smem} bytes of shared memory per block, {tgt.name} has {tgt.shared_bytes_per_block}")
+    elif smem > tgt.extra.get("static_shared_bytes", smem):
+        problems.append(f"needs {smem} bytes of shared memory per block, {tgt.name}'s kernels declare at most "
+                        f"{tgt.extra['static_shared_bytes']} statically")
     if problems:
         raise GraphError(f"{graph.name}: invalid GIR-Graph:\n  " + "\n  ".join(problems))
 

@@ -6,8 +6,7 @@ from ..cstyle import CStyle
 from ..prelude import GPU_PRELUDE
 from ..kernels import CompiledGraph, Kernel, check_resources, check_shared, emit_graph, unit_name
 from .compiler import compile_cuda
-
-STATIC_SHARED = 48 * 1024  # per kernel without an opt-in; larger needs dynamic shared memory
+from .target import STATIC_SHARED_BYTES as STATIC_SHARED  # per kernel without an opt-in
 
 
 class CudaEmitter(CStyle):

@@ -32,6 +32,10 @@ from gir.ir.target import GPU_LAUNCH_S, Timing, gpu_target
 from ..blas import CUBLASLT_EPILOGUES
 
 CUDA_CALLS = {"convs": "direct"}
+# Shared memory a kernel may declare statically (`__shared__` arrays, what the emitter writes);
+# more needs dynamic shared memory and an opt-in attribute, which GIR does not emit (CUDA C++
+# Programming Guide, "Shared Memory": 48 KB static). The validator keeps plans within it.
+STATIC_SHARED_BYTES = 48 * 1024
 
 H100_TIMING = Timing(clock_hz=1.98e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
                      copy_efficiency=0.92, cache_bandwidth=5.5e12, max_blocks_per_processor=32,
@@ -46,7 +50,9 @@ A100_TIMING = Timing(clock_hz=1.41e9, issue_per_clock=4, alu_latency_cycles=4, d
 
 A100 = replace(gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
                   1.555e12, 19.5e12, 19.5e12, 312e12, "A100-SXM4-40GB; 48 KiB static shared, 163 KiB opt-in",
-                  A100_TIMING, GPU_LAUNCH_S), extra={"library_epilogues": CUBLASLT_EPILOGUES, "library_calls": CUDA_CALLS})
+                  A100_TIMING, GPU_LAUNCH_S), extra={"library_epilogues": CUBLASLT_EPILOGUES, "library_calls": CUDA_CALLS,
+                         "static_shared_bytes": STATIC_SHARED_BYTES})
 H100 = replace(gpu_target("H100", "cuda", "sm_90", "warp", 32, 32, 132, 255, 227 * 1024,
                   3.35e12, 31e12, 67e12, 989e12, "H100-SXM5-80GB", H100_TIMING, GPU_LAUNCH_S),
-                extra={"library_epilogues": CUBLASLT_EPILOGUES, "library_calls": CUDA_CALLS})
+                extra={"library_epilogues": CUBLASLT_EPILOGUES, "library_calls": CUDA_CALLS,
+                       "static_shared_bytes": STATIC_SHARED_BYTES})
