@@ -46,3 +46,16 @@ def test_malformed_models_are_refused_cleanly(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     assert sum(counts[o] for o in ("internal", "timeout", "signal", "mismatch")) == 0, summary
     assert sum(counts.values()) == 32, summary  # explain and run, per model
+
+
+def test_valid_graphs_build_and_match_on_the_gpu_targets(tmp_path):
+    """The same kind of slice planned for cuda:sm_90 and hip:gfx90a, built with NVRTC and
+    hiprtc, and run on the interpreter and as emitted kernels on the CPU harness."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (scripts/setup.sh)")
+    result, summary = _fuzz(tmp_path, "--seed", "11", "--valid", "4", "--malformed", "0",
+                            "--gpu-targets", "cuda:sm_90", "hip:gfx90a")
+    counts = _counts(summary)["valid"]
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert sum(counts[o] for o in ("internal", "timeout", "signal", "mismatch")) == 0, summary
+    # three runs a graph: the CPU engines, then each GPU target (refused-3: that compiler is missing)
+    assert counts["ok"] >= 6 and counts["ok"] + counts["refused-3"] >= 9, summary
