@@ -79,3 +79,22 @@ def test_tensor_read_by_a_copy_through_an_alias_is_written(engine):
               [vi("a", TensorProto.FLOAT, [129, 33]), vi("b", TensorProto.FLOAT, [1, 33])],
               [vi("g", TensorProto.FLOAT, None), vi("add", TensorProto.FLOAT, None)], [shape, idx])
     matches_onnxruntime(onnx.shape_inference.infer_shapes(m), engine)
+
+
+@pytest.mark.parametrize("engine", ["native", "interpreter"])
+def test_a_pad_read_through_an_identity_by_a_gather_is_written(engine):
+    """valid-14-106 (--gpu-targets run, every target alike): Pad -> Identity -> Gather, and an
+    elementwise op reading the Identity. The elementwise op folds the pad into its reads, so the
+    Pad was dropped as folded away; the Gather reads the pad's storage through the Identity,
+    which the check did not follow, and read a tensor no step wrote (KeyError 'pad7')."""
+    pads = numpy_helper.from_array(np.array([3, 0], np.int64), "pads")
+    value = numpy_helper.from_array(np.array(0.25, np.float32), "value")
+    idx = numpy_helper.from_array(np.array([[26, 13], [29, -30]], np.int64), "idx")
+    m = model([helper.make_node("Pad", ["x", "pads", "value"], ["p"], mode="constant"),
+               helper.make_node("Identity", ["p"], ["v"]),
+               helper.make_node("Gather", ["v", "idx"], ["g"], axis=0),
+               helper.make_node("GreaterOrEqual", ["v", "y"], ["ge"]),
+               helper.make_node("Where", ["ge", "v", "value"], ["w"])],
+              [vi("x", TensorProto.FLOAT, [33]), vi("y", TensorProto.FLOAT, [36])],
+              [vi("g", TensorProto.FLOAT, [2, 2]), vi("w", TensorProto.FLOAT, [36])], [pads, value, idx])
+    matches_onnxruntime(m, engine)

@@ -241,7 +241,7 @@ def _plan_subgraph(g: BasicGraph, ops: list[BasicOp], target, limit, cache, alia
     for cands in copy_candidates(g, comp, target, []):
         kernels.append(_best([[c] for c in cands], f"copy:{cands[0].op}", [cands[0].op], limit, None, lowers))
     copies = {b for k in kernels for b in k.graph.buffers}
-    rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread)]
+    rest = [op for op in rest if not _folded_away(op, g, ops, rest, cands_for, copies, unread, aliases)]
     inside = {id(op) for op in ops}
     outside = {aliases.get(t, t) for op in g.ops if id(op) not in inside for t in op.inputs}
     outside |= {aliases.get(t, t) for t in g.outputs} | {aliases.get(b.name, b.name) for k in kernels
@@ -342,12 +342,15 @@ def _compulsory_read(g: BasicGraph, ops: list[BasicOp], name: str, aliases) -> i
     return whole
 
 
-def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies, unread) -> bool:
-    """A pad every reader now reads through (padfold): nothing needs its output."""
+def _folded_away(op: BasicOp, g: BasicGraph, ops, rest, cands_for, copies, unread, aliases) -> bool:
+    """A pad every reader now reads through (padfold): nothing needs its output. A reader of a
+    view that is the pad's storage (an Identity of it) reads the pad too: a Gather of one kept
+    reading a tensor no step wrote (fuzzing)."""
     out = op.outputs[0]
     if op.kind != "pad" or out in _escaping(g, ops) or out in copies or not any(out in u for u in unread.values()):
         return False
-    return not any(out in c.graph.buffers for r in rest if r is not op for c in cands_for(r).candidates)
+    names = {out} | {t for t, storage in aliases.items() if storage == out}
+    return not any(names & c.graph.buffers.keys() for r in rest if r is not op for c in cands_for(r).candidates)
 
 
 def _escaping(g: BasicGraph, ops: list[BasicOp]) -> set[str]:
