@@ -126,23 +126,27 @@ def test_validator_budgets_registers_by_block_size():
     """A block's lanes share one SM's 64K registers: 512 threads leave 128 a thread (512 bytes),
     although one thread may address 255. EfficientNet-B0's SiLU + squeeze in one 512-thread block
     needed 780 bytes, passed the old per-thread check and spilled in NVRTC."""
-    from gir.ir import GIRGraph, Move, ParallelPrimitive, Slice, U, REGISTER
+    from gir.ir import GIRGraph, Elementwise, Input, Move, ParallelPrimitive, Slice, U, REGISTER, call
     h100 = get_target("h100")
     assert h100.block_register_bytes_per_lane(16) == 512 and h100.block_register_bytes_per_lane(4) == h100.register_bytes_per_lane
     assert get_target("cpu").block_register_bytes_per_lane(64) == get_target("cpu").register_bytes_per_lane
 
-    def held(units_per_block: int, per_lane: int) -> GIRGraph:
+    def held(units_per_block: int, per_lane: int, fn: str = "exp") -> GIRGraph:
+        """x loaded, fn of it, stored: `per_lane` floats a lane each, twice."""
         n = 32 * per_lane
         g = GIRGraph("held", ParallelPrimitive((1,), units_per_block), h100)
         g.buffer("x", DRAM, (n * units_per_block,), role="input")
         g.buffer("y", DRAM, (n * units_per_block,), role="output")
         g.buffer("r", REGISTER, n)
+        g.buffer("e", REGISTER, n)
         g.add(Move(src=Slice.flat("x", n * U, n), dst=Slice.flat("r", 0, n)))
-        g.add(Move(src=Slice.flat("r", 0, n), dst=Slice.flat("y", n * U, n)))
+        g.add(Elementwise(expr=call(fn, Input(0)), inputs=(Slice.flat("r", 0, n),), out=Slice.flat("e", 0, n)))
+        g.add(Move(src=Slice.flat("e", 0, n), dst=Slice.flat("y", n * U, n)))
         return g
-    validate(held(8, 160))  # 640 bytes a lane in 256 threads: fits
+    validate(held(8, 80))  # 640 bytes a lane in 256 threads: fits
     with pytest.raises(GraphError, match="holds 640 register bytes per lane, H100 has 512 in a block of 512 lanes"):
-        validate(held(16, 160))
+        validate(held(16, 80))  # exp over all of a lane's elements first: both arrays held
+    validate(held(16, 80, "relu"))  # relu streams: load, relu, store an element at a time
 
 
 def test_validator_keeps_cuda_shared_memory_within_the_static_limit():

@@ -9,6 +9,7 @@ import numpy as np
 
 from .access import output_lanes
 from .dtypes import accumulator, itemsize
+from .expr import Call, postorder
 from .gops import COMPUTE, Broadcast, Elementwise, Move, Reduce, Sync
 from .slices import Slice
 from .graph import GIRGraph
@@ -48,21 +49,54 @@ def register_bytes_per_lane(graph: GIRGraph, skip: frozenset = frozenset()) -> i
     return max(0, int(np.cumsum(change).max()))
 
 
+# Calls the compilers do not sink into their consumers: an op over all of a lane's elements
+# with one of these finishes every element before the next op starts, its inputs and results
+# all held (the transcendental and division paths of gir/fusion/perf.py OP_COST).
+HELD_CALLS = frozenset({"div", "recip", "sqrt", "rsqrt", "exp", "log", "tanh", "erf", "sigmoid", "pow",
+                        "sin", "cos", "mod"})
+
+
 def streamed_loads(graph: GIRGraph) -> frozenset:
-    """Register buffers loaded from DRAM and read by one Reduce alone: NVCC folds each load into
-    the sum as it arrives instead of holding the array (a 137-float block-reduction row compiles
-    to 32 registers on sm_90), so they do not count against a block's register budget. Values a
-    second operation reads are held (EfficientNet-B0's x * sigmoid(x): 780 bytes, spilled)."""
-    loaded, readers = set(), {}
-    for _, op in graph.ops():
-        if isinstance(op, Sync):
-            continue
-        if isinstance(op, Move) and graph.buffers[op.src.buffer].level == DRAM:
-            loaded.add(op.dst.buffer)
+    """Register buffers that only stream, which do not count against a block's register budget:
+    NVCC folds each value into its consumer as it arrives instead of holding the array.
+    - A load from DRAM that one Reduce alone reads (a 137-float block-reduction row compiles to
+      32 registers on sm_90).
+    - Where no elementwise op calls a transcendental or a division (HELD_CALLS), also a load or
+      elementwise result read by at most one computing operation, a Reduce or another such
+      value, besides copies out to DRAM or shared memory (relu of 4000 floats a warp, stored and
+      summed, in a 512-thread block: 32 registers).
+    EfficientNet-B0's x * sigmoid(x) with its channel sums held 780 bytes a lane and spilled at
+    the 128 registers of a 512-thread block: every sigmoid is computed before the first product."""
+    ops = [op for _, op in graph.ops() if not isinstance(op, Sync)]
+    users, writers = {}, {}
+    for op in ops:
         for s in op.reads():
-            readers.setdefault(s.buffer, []).append(op)
-    return frozenset(b for b in loaded if graph.buffers[b].level == REGISTER
-                     and len(readers.get(b, ())) == 1 and isinstance(readers[b][0], Reduce))
+            users.setdefault(s.buffer, []).append(op)
+        for s in op.writes():
+            writers[s.buffer] = writers.get(s.buffer, 0) + 1
+    loads = {op.dst.buffer for op in ops if isinstance(op, Move) and graph.buffers[op.src.buffer].level == DRAM}
+    single = {b for b, us in users.items() if writers.get(b) == 1 and graph.buffers[b].level == REGISTER}
+    by_reduce = {b for b in loads & single if len(users[b]) == 1 and isinstance(users[b][0], Reduce)}
+    if any(isinstance(op, Elementwise) and any(isinstance(e, Call) and e.op in HELD_CALLS for e in postorder(op.expr))
+           for op in ops):
+        return frozenset(by_reduce)
+
+    def copy_out(op) -> bool:
+        return isinstance(op, Move) and graph.buffers[op.dst.buffer].level != REGISTER
+    streamed: set[str] = set()
+    for op in reversed(ops):  # a reader comes after its producer: its own output is decided first
+        for s in op.reads():
+            b = s.buffer
+            if b not in single or b in streamed:
+                continue
+            computing = [u for u in users[b] if not copy_out(u)]
+            if not computing or len(computing) == 1 and (isinstance(computing[0], Reduce) or
+                                                         isinstance(computing[0], (Elementwise, Move)) and
+                                                         computing[0].writes()[0].buffer in streamed):
+                streamed.add(b)
+    producers = loads | {op.writes()[0].buffer for op in ops if isinstance(op, Elementwise) or
+                         isinstance(op, Move) and graph.buffers[op.src.buffer].level == REGISTER}
+    return frozenset(by_reduce | (streamed & producers))
 
 
 @lru_cache(maxsize=8192)
