@@ -47,13 +47,9 @@ RTOL, ATOL = 2e-3, 2e-4
 
 # ---- one valid case, in a worker process ------------------------------------------------------
 
-def check_valid(path: str) -> int:
-    """Exit 0 when both engines match onnxruntime, 10 on a mismatch, 11 when onnxruntime rejects
-    the model, the CLI's codes (1/2/3) when GIR refuses it, 4 on an internal error."""
+def _case(path: str):
+    """(model, feeds, onnxruntime's outputs), or exit 11 when onnxruntime rejects the model."""
     import onnxruntime as ort
-    from gir.frontend import FrontendError, UnsupportedOpError
-    from gir.frontend.errors import UnsupportedDtypeError
-    from gir.runtime import Session
     model = onnx.load(path)
     rng = np.random.default_rng(0)
     feeds = {i.name: rng.uniform(-2, 2, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
@@ -61,73 +57,76 @@ def check_valid(path: str) -> int:
     try:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
-        want = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+        return model, feeds, ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
     except Exception as e:  # noqa: BLE001
         print(f"onnxruntime rejects it: {str(e).splitlines()[0][:300]}")
         return 11
+
+
+def _refusal(where: str, e: Exception) -> int:
+    """The CLI's exit code for an exception (1/2/3 a clean refusal, 4 internal), said in one line."""
+    from gir.backends.errors import ToolchainMissingError
+    from gir.frontend import FrontendError, UnsupportedOpError
+    from gir.frontend.errors import UnsupportedDtypeError
+    if isinstance(e, (UnsupportedOpError, UnsupportedDtypeError, FrontendError, ToolchainMissingError)):
+        print(f"{where}: {e}")
+        return 2 if isinstance(e, (UnsupportedOpError, UnsupportedDtypeError)) else 1 if isinstance(e, FrontendError) else 3
+    print(f"{where}: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+    return 4
+
+
+def _differs(where: str, name: str, a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape == b.shape and np.allclose(a.astype(np.float64), b.astype(np.float64), RTOL, ATOL, equal_nan=True):
+        return False
+    diff = float(np.nanmax(np.abs(a - b))) if a.shape == b.shape and a.size else None
+    print(f"{where}: output {name!r} differs from onnxruntime: gir {a.dtype}{list(a.shape)} "
+          f"ort {b.dtype}{list(b.shape)} max|diff| {diff}")
+    return True
+
+
+def check_valid(path: str) -> int:
+    """Exit 0 when both engines match onnxruntime, 10 on a mismatch, 11 when onnxruntime rejects
+    the model, the CLI's codes (1/2/3) when GIR refuses it, 4 on an internal error."""
+    from gir.runtime import Session
+    case = _case(path)
+    if isinstance(case, int):
+        return case
+    model, feeds, want = case
     for engine in ("native", "interpreter"):
         try:
             got = Session(path, target="cpu", engine=engine, limit=1).run(None, feeds)
-        except (UnsupportedOpError, UnsupportedDtypeError) as e:
-            print(f"{engine}: {e}")
-            return 2
-        except FrontendError as e:
-            print(f"{engine}: {e}")
-            return 1
-        except Exception as e:  # noqa: BLE001
-            print(f"{engine}: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-            return 4
-        for out, a, b in zip(model.graph.output, got, want):
-            a, b = np.asarray(a), np.asarray(b)
-            if a.shape != b.shape or not np.allclose(a.astype(np.float64), b.astype(np.float64), RTOL, ATOL,
-                                                     equal_nan=True):
-                diff = float(np.nanmax(np.abs(a - b))) if a.shape == b.shape and a.size else None
-                print(f"{engine}: output {out.name!r} differs from onnxruntime: gir {a.dtype}{list(a.shape)} "
-                      f"ort {b.dtype}{list(b.shape)} max|diff| {diff}")
-                return 10
+        except Exception as e:  # noqa: BLE001 -- classified by _refusal
+            return _refusal(engine, e)
+        if any(_differs(engine, out.name, a, b) for out, a, b in zip(model.graph.output, got, want)):
+            return 10
     return 0
 
 
 def check_gpu(path: str, target_name: str) -> int:
     """`check_valid` for a GPU target without a GPU: plan, build every kernel with the target's
-    compiler, execute the plan on the reference interpreter. 3 when the compiler is missing."""
-    import onnxruntime as ort
-    from gir.backends.errors import ToolchainMissingError
+    compiler, run the plan on the reference interpreter and the emitted kernels on the CPU
+    harness. 3 when the compiler is missing."""
     from gir.build import build_steps
-    from gir.frontend import FrontendError, load
+    from gir.frontend import load
     from gir.fusion.plan import plan
     from gir.ir.target import get_target
     from gir.runtime import execute
-    model = onnx.load(path)
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.uniform(-2, 2, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-             for i in model.graph.input}
-    try:
-        want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
-    except Exception as e:  # noqa: BLE001
-        print(f"onnxruntime rejects it: {str(e).splitlines()[0][:300]}")
-        return 11
+    case = _case(path)
+    if isinstance(case, int):
+        return case
+    model, feeds, want = case
     try:
         p = plan(load(model), get_target(target_name), limit=1)
         build_steps(p)
         env = execute(p, feeds)
         got = dict(zip([o.name for o in model.graph.output], _on_harness(path, target_name, feeds)))
-    except ToolchainMissingError as e:
-        print(f"{target_name}: {e}")
-        return 3
-    except FrontendError as e:
-        print(f"{target_name}: {e}")
-        return 1
-    except Exception as e:  # noqa: BLE001
-        print(f"{target_name}: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-        return 4
+    except Exception as e:  # noqa: BLE001 -- classified by _refusal
+        return _refusal(target_name, e)
     for out, b in zip(model.graph.output, want):
-        for where, a in (("the interpreter", env[out.name]), ("the emitted kernels", got[out.name])):
-            a, b = np.asarray(a), np.asarray(b)
-            if a.shape != b.shape or not np.allclose(a.astype(np.float64), b.astype(np.float64), RTOL, ATOL,
-                                                     equal_nan=True):
-                print(f"{target_name}: output {out.name!r} differs from onnxruntime on {where}")
-                return 10
+        if _differs(f"{target_name} on the interpreter", out.name, env[out.name], b) or \
+                _differs(f"{target_name}, emitted kernels", out.name, got[out.name], b):
+            return 10
     return 0
 
 

@@ -37,6 +37,7 @@ import onnxruntime as ort
 
 import gir
 import models
+from check_zoo import median_ms
 from gir.frontend.errors import one_line
 from models.half import HALF, _round
 from onnx import TensorProto, numpy_helper
@@ -66,16 +67,6 @@ def half_feeds(feeds: dict, dtype: np.dtype) -> dict:
     return {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in feeds.items()}
 
 
-def median_ms(session, feeds: dict, runs: int) -> float:
-    session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
-
-
 def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference: bool = False,
             target: str = "cpu", runs: int = 0) -> list[dict]:
     fp32 = models.build(name, tiny=tiny)
@@ -85,7 +76,8 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference:
     fp32_ms = None
     if runs:
         try:
-            fp32_ms = median_ms(gir.Session(fp32, target=target, limit=limit), feeds, runs)
+            fp32_session = gir.Session(fp32, target=target, limit=limit)
+            fp32_ms = median_ms(lambda: fp32_session.run(None, feeds), runs)
         except Exception as err:  # noqa: BLE001 -- the half rows still run
             print(f"{name} fp32: {type(err).__name__}: {one_line(err)[:200]}", flush=True)
     rows = []
@@ -123,7 +115,7 @@ def run_one(name: str, tiny: bool, precisions: list[str], limit: int, reference:
             row["per_output"] = {o.name: rel_error([g], [w]) for o, g, w in zip(session.get_outputs(), got, want)}
             row["library"] = session.library_path
             if runs:
-                row["ms"], row["fp32_ms"] = median_ms(session, hfeeds, runs), fp32_ms
+                row["ms"], row["fp32_ms"] = median_ms(lambda: session.run(None, hfeeds), runs), fp32_ms
         except Exception as err:  # noqa: BLE001 -- one row per failure, the others still run
             row["error"] = f"{type(err).__name__}: {one_line(err)[:200]}"
         print(f"{name} {p}: {row.get('rel_err', row.get('error'))}", flush=True)
