@@ -204,3 +204,18 @@ def test_linear_resize_of_a_long_row_on_the_gpus(target, monkeypatch):
                               opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     _gpu_session_matches(model, target, monkeypatch, _feeds({"x": [1, 1, 1000]}))
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_90", "hip:gfx90a"])
+def test_a_group_no_merged_structure_fits_is_split(target, monkeypatch):
+    """ReduceL2 over all of (33, 512, 3, 1), then an Add (fuzzing, seed 16): each op's candidate
+    fits a 512-thread block, the merged one would hold 792 register bytes a lane, over the 512
+    such a block leaves, and the planner stopped with a GraphError. It now tries the other
+    structures, and where none fits, gives each op a kernel of its own."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [33, 512, 3, 1])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, 1])
+    nodes = [helper.make_node("ReduceL2", ["x"], ["n"], keepdims=1), helper.make_node("Add", ["n", "b"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "l2_add", [x, b], [y]), opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    _gpu_session_matches(model, target, monkeypatch, _feeds({"x": [33, 512, 3, 1], "b": [1, 1]}))

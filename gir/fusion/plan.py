@@ -18,7 +18,7 @@ import numpy as np
 from gir.frontend.basic import BasicGraph, BasicOp
 from gir.frontend.limits import max_group_ops
 from gir.frontend.reference import execute_op
-from gir.ir import DRAM, GIRGraph
+from gir.ir import DRAM, GIRGraph, GraphError
 from gir.ir.cost import level_bytes
 from gir.ir.dtypes import itemsize, np_dtype
 from gir.ir.target import Target
@@ -297,8 +297,21 @@ def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases)
         out = []
         for i, group in enumerate(groups):
             elsewhere = outside.union(*(r for j, r in enumerate(read) if j != i))
-            out.append(fuse(group, escaping={t for op in group for t in op.outputs if aliases.get(t, t) in elsewhere}))
+            try:
+                out.append(fuse(group, escaping={t for op in group for t in op.outputs if aliases.get(t, t) in elsewhere}))
+            except GraphError:
+                if len(group) == 1:
+                    raise
+                # no merged structure fits (a block's registers): each op a kernel of its own
+                rest = [op for other in groups[:i] + groups[i + 1:] for op in other]
+                out += kernels_of_split(group, outside | reads(rest))
         return out
+
+    def kernels_of_split(group, around):
+        read = [reads([op]) for op in group]
+        return [fuse([op], escaping={t for t in op.outputs
+                                     if aliases.get(t, t) in around.union(*(r for j, r in enumerate(read) if j != i))})
+                for i, op in enumerate(group)]
 
     direct = _groups(g, ops, subgraph, cands_for, aliases, through_folds=False)
     folded = _groups(g, ops, subgraph, cands_for, aliases, through_folds=True)
@@ -435,17 +448,28 @@ def _fuse_group(g, ops, *, lowers, limit, cache, aliases, cands_for, escaping) -
 def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
     """The fastest of `limit` shortlisted choices by the performance model, among those the
     target's emitter lowers (when none does, the fastest: emitting it names the problem)."""
-    ranked, rewrite = [], 0.0
-    for chosen in shortlist(choices, limit):
+    ranked, rewrite, refused = [], 0.0, []
+    first = shortlist(choices, limit)
+    later = [c for c in choices if not any(c is f for f in first)]  # tried only while none fits
+    for i, chosen in enumerate(first + later):
+        if i >= len(first) and ranked:
+            break
         merged = chosen[0].graph if escaping is None else merge_graphs(name, [c.graph for c in chosen], escaping)
         start = time.perf_counter()
-        optimized, log = optimize(merged)
-        rewrite += time.perf_counter() - start
+        try:  # each operator's candidate fits the target; merged, they may not (registers a block holds)
+            optimized, log = optimize(merged)
+        except GraphError as err:
+            refused.append(str(err).splitlines()[-1].strip())
+            continue
+        finally:
+            rewrite += time.perf_counter() - start
         ranked.append(Kernel(name, op_names, optimized, merged, log, estimate(optimized), 0))
         dram = ranked[-1].estimate.dram_bytes
         for spread in spread_choices(optimized):  # a CPU thread's units side by side (gir/fusion/spread.py)
             step = Step("spread-units", spread.description, dram, dram)
             ranked.append(Kernel(name, op_names, spread.graph, merged, [*log, step], estimate(spread.graph), 0))
+    if not ranked:
+        raise GraphError(f"{name}: no fused structure fits the target: {'; '.join(sorted(set(refused)))}")
     ranked = _ranked(ranked)
     best = ranked[0]
     for k in ranked:
