@@ -444,26 +444,11 @@ class CStyle:
         owner, slot = (a // vec) % L, (a // (vec * L)) * vec + a % vec
         k = np.arange(s.size)
         addr = s.offset.const + s.pattern
-        ok = (addr >= 0) & (addr < buf.size) & self._ever_valid(s)
+        ok = (addr >= 0) & (addr < buf.size) & s.possibly_valid  # a ReduceMax's scalar, then Abs (fuzzing)
         lane_k, slot_k = writer.lane_of_output(k, L), (k // (vec * L)) * vec + k % vec
         if (owner[addr[ok]] == lane_k[ok]).all() and (slot[addr[ok]] == slot_k[ok]).all():
             return RegLayout(owner, slot, vec)
         return self._table_layout(buf, addr[ok], lane_k[ok], slot_k[ok])
-
-    @staticmethod
-    def _ever_valid(s) -> np.ndarray:
-        """Per element of `s`: False where a constant bound masks it for every unit. A size-1
-        tensor tiled 32 wide at stride 0 under `idx < 1` is written by lane 0 only, not by all 32
-        (fuzzing: a ReduceMax's scalar, then Abs, failed as "written from two lanes")."""
-        idx = np.indices(s.shape).reshape(len(s.shape), -1)
-        keep = np.ones(idx.shape[1], bool)
-        for d, b in enumerate(s.limits):
-            if b is not None and b.is_const:
-                keep &= idx[d] < b.const
-        for d, b in enumerate(s.starts):
-            if b is not None and b.is_const:
-                keep &= idx[d] >= b.const
-        return keep
 
     def _table_layout(self, buf, addr, lanes, slots) -> RegLayout:
         owner, slot = np.full(buf.size, -2), np.full(buf.size, -1)
@@ -592,7 +577,7 @@ class CStyle:
         size = self.k.buffers[s.buffer].size
         consider = i.valid & (a >= 0) & (a < size)  # out of range only where masked off
         if s.is_masked:
-            consider &= self._ever_valid(s)[k]
+            consider &= s.possibly_valid[k]
         return np.where(consider, a, 0), consider
 
     def reg_load(self, s: Slice, i: Idx, e: Elem) -> str:

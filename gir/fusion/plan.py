@@ -292,26 +292,19 @@ def _fused_groups(g, ops, subgraph, outside: set[str], fuse, cands_for, aliases)
     def reads(group):
         return {aliases.get(t, t) for op in group for t in _sources(op, cands_for)}
 
-    def kernels_of(groups):
+    def kernels_of(groups, around=frozenset()):
         read = [reads(group) for group in groups]
         out = []
         for i, group in enumerate(groups):
-            elsewhere = outside.union(*(r for j, r in enumerate(read) if j != i))
+            elsewhere = outside.union(around, *(r for j, r in enumerate(read) if j != i))
             try:
                 out.append(fuse(group, escaping={t for op in group for t in op.outputs if aliases.get(t, t) in elsewhere}))
             except GraphError:
                 if len(group) == 1:
                     raise
                 # no merged structure fits (a block's registers): each op a kernel of its own
-                rest = [op for other in groups[:i] + groups[i + 1:] for op in other]
-                out += kernels_of_split(group, outside | reads(rest))
+                out += kernels_of([[op] for op in group], around.union(*(r for j, r in enumerate(read) if j != i)))
         return out
-
-    def kernels_of_split(group, around):
-        read = [reads([op]) for op in group]
-        return [fuse([op], escaping={t for t in op.outputs
-                                     if aliases.get(t, t) in around.union(*(r for j, r in enumerate(read) if j != i))})
-                for i, op in enumerate(group)]
 
     direct = _groups(g, ops, subgraph, cands_for, aliases, through_folds=False)
     folded = _groups(g, ops, subgraph, cands_for, aliases, through_folds=True)

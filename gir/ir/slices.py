@@ -106,6 +106,21 @@ class Slice:
         idx = np.indices(self.shape, dtype=np.int64).reshape(len(self.shape), -1)
         return (idx * np.array(self.strides, dtype=np.int64)[:, None]).sum(axis=0)
 
+    @cached_property
+    def possibly_valid(self) -> np.ndarray:
+        """Per element, row-major: False where a constant bound masks it out for every unit (a
+        size-1 tensor tiled a warp wide at stride 0 under `idx < 1` is one element, not 32)."""
+        idx = np.indices(self.shape).reshape(len(self.shape), -1)
+        keep = np.ones(idx.shape[1], bool)
+        for d, b in enumerate(self.limits):
+            if b is not None and b.is_const:
+                keep &= idx[d] < b.const
+        for d, b in enumerate(self.starts):
+            if b is not None and b.is_const:
+                keep &= idx[d] >= b.const
+        keep.setflags(write=False)
+        return keep
+
     def valid_box(self, env: dict) -> tuple[np.ndarray, np.ndarray]:
         """Per unit and dimension, the first and last valid index: (units, rank) arrays. The
         mask is a product of per-dimension conditions, so each unit's valid elements form this

@@ -198,9 +198,8 @@ def validate(graph: GIRGraph, bounds: bool = True) -> None:
         regs = register_bytes_per_lane(graph)
         if regs > tgt.register_bytes_per_lane:
             problems.append(f"needs {regs} register bytes per lane, {tgt.name} has {tgt.register_bytes_per_lane}")
-        elif tgt.register_file_bytes:
-            upb = prim.units_per_block
-            held, budget = register_bytes_per_lane(graph, streamed_loads(graph)), tgt.block_register_bytes_per_lane(upb)
+        elif regs > (budget := tgt.block_register_bytes_per_lane(upb := prim.units_per_block)):
+            held = register_bytes_per_lane(graph, streamed_loads(graph))  # over the budget: what streams is left out
             if held > budget:
                 problems.append(f"holds {held} register bytes per lane, {tgt.name} has {budget} "
                                 f"in a block of {upb * tgt.lanes_per_unit} lanes")
