@@ -154,6 +154,43 @@ def test_a_ragged_last_block_of_whole_rows_keeps_16_byte_accesses(target, dialec
 
 
 @pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
+@pytest.mark.parametrize("structure,plane", [("unit", 28), ("unit", 14), ("block", 100), ("row", 28)])
+def test_a_partial_last_round_of_lanes_keeps_16_byte_accesses(target, dialect, emitter, structure, plane):
+    """A channel of 28x28 floats is 196 vectors: over 32 or 64 lanes the last round is partial.
+    A unit per channel (EfficientNet's squeeze pools), a block per channel (10,000 floats over
+    its units) and an elementwise row per unit (its SE scale) still load 16 bytes a lane: the
+    lanes past the end are guarded, a reduction's skipped lanes add nothing. Against the
+    interpreter on the CPU harness."""
+    from gir.frontend.basic import BasicOp
+    size = plane * plane
+    lanes = get_target(target).lanes_per_unit
+    assert size % 4 == 0 and size % (4 * lanes)  # whole vectors, a partial round
+    rng = np.random.default_rng(8)
+    if structure == "row":
+        op, ts, cands = _candidates((6, size), target)
+        feeds = {"a": rng.standard_normal((6, size)).astype(np.float32), "b": rng.standard_normal((6, size)).astype(np.float32)}
+        wide = [c for c in cands if c.params.get("chunk") == size and c.params.get("vec") == 4]
+        name = "a"
+    else:
+        ts = {"x": tt.T("x", (6, size)), "y": tt.T("y", (6,))}
+        op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "sum", "axes": (1,), "keepdims": False}, "r")
+        wide = [SimpleNamespace(graph=optimize(c.graph)[0], params=c.params)
+                for c in candidates(op, ts, get_target(target)).candidates
+                if c.structure == structure and c.params.get("vec") == 4 and c.params.get("outputs_per_unit", 1) == 1]
+        feeds = {"x": rng.standard_normal((6, size)).astype(np.float32)}
+        name = "x"
+    assert wide
+    graph = wide[0].graph
+    moves = [o for _, o in graph.ops() if isinstance(o, Move) and o.src.buffer == name]
+    assert moves and all(vector_width(o, graph.buffers) == 4 for o in moves)
+    assert "float4" in _source(graph, emitter)
+    want = run(graph, feeds).outputs
+    got = run_on_cpu_harness(graph, feeds, dialect)
+    for out, value in want.items():
+        np.testing.assert_allclose(got[out], value, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])
 def test_a_ragged_edge_on_a_whole_vector_keeps_16_byte_accesses(target, dialect, emitter):
     """(4, 97) read as 388 consecutive floats, four a lane: the last unit's edge falls between
     two lanes' vectors, so its lanes are guarded one by one (`run_uniform_mask`) and
@@ -177,7 +214,8 @@ def test_a_ragged_edge_on_a_whole_vector_keeps_16_byte_accesses(target, dialect,
 def test_two_half_rows_a_unit_load_eight_halves_a_lane(target, dialect, emitter):
     """Rows of 128 halves (a softmax over 128 keys in fp16) are too short to give every lane
     eight halves, so a unit takes two rows, half of its lanes each: 16-byte loads, each row's
-    max over its own lanes. Against the interpreter on the CPU harness."""
+    max over its own lanes; or one row a unit, half of its lanes idle. Against the interpreter
+    on the CPU harness."""
     from gir.frontend.basic import BasicOp
     lanes = get_target(target).lanes_per_unit
     rows = 2 * lanes * 8 // 128  # a unit's worth of rows: 2 on 32-lane warps, 4 on 64-lane wavefronts
@@ -185,13 +223,16 @@ def test_two_half_rows_a_unit_load_eight_halves_a_lane(target, dialect, emitter)
     op = BasicOp("r", "reduce", ["x"], ["y"], {"op": "max", "axes": (1,), "keepdims": False}, "r")
     cands = candidates(op, ts, get_target(target)).candidates
     wide = [c for c in cands if c.structure == "unit" and c.params.get("vec") == 8]
-    assert wide and all(c.params["outputs_per_unit"] * 128 % (8 * lanes) == 0 for c in wide)
-    c = wide[0]
-    graph = optimize(c.graph)[0]
-    (load,) = [o for _, o in graph.ops() if isinstance(o, Move) and o.src.buffer == "x"]
-    assert vector_width(load, graph.buffers) == 8 and "uint4" in _source(graph, emitter)
+    several = [c for c in wide if c.params["outputs_per_unit"] > 1]
+    assert several and all(c.params["outputs_per_unit"] * 128 % (8 * lanes) == 0 for c in several)
+    one = [c for c in wide if c.params["outputs_per_unit"] == 1]
+    assert one
     feeds = {"x": np.random.default_rng(6).standard_normal((3 * rows, 128)).astype(np.float16)}
-    np.testing.assert_array_equal(run_on_cpu_harness(graph, feeds, dialect)["y"], run(graph, feeds).outputs["y"])
+    for c in (several[0], one[0]):
+        graph = optimize(c.graph)[0]
+        (load,) = [o for _, o in graph.ops() if isinstance(o, Move) and o.src.buffer == "x"]
+        assert vector_width(load, graph.buffers) == 8 and "uint4" in _source(graph, emitter)
+        np.testing.assert_array_equal(run_on_cpu_harness(graph, feeds, dialect)["y"], run(graph, feeds).outputs["y"])
 
 
 @pytest.mark.parametrize("target,dialect,emitter", [("h100", "cuda", CudaEmitter), ("mi250x", "hip", HipEmitter)])

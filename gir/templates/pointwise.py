@@ -12,13 +12,15 @@ from .common import admit, Box, Candidate, box_choices, lane_widths, load, new_g
 
 def vec_choices(chunk: int, size: int, strides: list[tuple[int, ...]], target, widths: list[int]) -> list[int]:
     """The widths of `lane_widths` that fit: every operand walks the last dimension
-    contiguously (or not at all), a unit's chunk of a row splits into whole vectors and the
-    unit's box (`size` elements) gives every lane whole vectors (rows of 128 halves two to a
-    unit, 16 lanes to a row: a softmax over 128 keys in fp16). Widest first where the target
+    contiguously (or not at all) and a unit's chunk of a row splits into whole vectors (so no
+    lane's run crosses a row). The last round of lanes may be partial (a 28x28 map's 196
+    vectors over 32 lanes: the emitters guard those lanes); a reduction fused with the box
+    offers a width only where its own lane layout takes it (`reduce._unit_vec_choices`: rows of
+    128 halves two to a unit, 16 lanes to a row). Widest first where the target
     issues 16-byte accesses (the fusion search takes the widest every op of a group offers),
     else after the scalar one."""
     contiguous = all(s[-1] in (0, 1) for s in strides)
-    fit = [v for v in widths if contiguous and chunk % v == 0 and size % (v * target.lanes_per_unit) == 0]
+    fit = [v for v in widths if contiguous and chunk % v == 0 and size % v == 0]
     return fit + [1] if target.timing.widest_access_bytes >= 16 else [1, *fit]
 
 

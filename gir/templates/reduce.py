@@ -117,12 +117,13 @@ class _Plan:
 
 def _unit_vec_choices(plan: _Plan, target, outs: int) -> list[int]:
     """Lane placements of a unit reduction's load (`lane_widths`: 16-byte loads) where the one
-    reduced dimension is contiguous, splits into whole vectors and the unit's `outs` rows give
-    every lane whole vectors (two rows of 128 halves: each row summed over 16 lanes), first
+    reduced dimension is contiguous, splits into whole vectors and, where a unit has several
+    `outs` rows, they give every lane whole vectors (two rows of 128 halves: each row summed over
+    16 lanes; one row may end part-way through a round of lanes: a 56x56 pool's 784 vectors), first
     where the target issues such loads; else one element per lane."""
     (size, stride), *more = plan.red
     fit = [v for v in plan.widths if not more and stride == 1 and size % v == 0
-           and outs * size % (v * target.lanes_per_unit) == 0]
+           and (outs == 1 or outs * size % (v * target.lanes_per_unit) == 0)]
     return fit + [1] if target.timing.widest_access_bytes >= 16 else [1]
 
 
@@ -156,9 +157,11 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int
 
 def _block_vec_choices(plan: _Plan, target, workers: int) -> list[int]:
     """Lane placements of a block reduction's load, as `_unit_vec_choices`: 16-byte loads where
-    the reduced dimension is contiguous and splits into whole vec x lanes chunks per unit."""
+    the reduced dimension is contiguous and splits into whole vectors (each unit's chunk is whole
+    rounds of vec x lanes; the last units' bounds fall on whole vectors, so a ragged end masks
+    whole runs: a 112x112 pool's 12,544 floats over 16 units)."""
     (size, stride), = plan.red
-    fit = [v for v in plan.widths if stride == 1 and size % (workers * v * target.lanes_per_unit) == 0]
+    fit = [v for v in plan.widths if stride == 1 and size % v == 0]
     return fit + [1] if target.timing.widest_access_bytes >= 16 else [1]
 
 
