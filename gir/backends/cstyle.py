@@ -805,9 +805,12 @@ class CStyle:
             if wide is not None:
                 return wide
         dt = self.dtype(op.dst)
+        source = op.src
+        if self.distributed_registers and op.fill is None and self.level(op.dst) == REGISTER and self.level(op.src) == DRAM:
+            source = op.src.unbounded_where_still()  # a repeated address loads unguarded: NVRTC issues it once
 
         def body(e: Elem):
-            src, ok = self.load(op.src, e.k, e)
+            src, ok = self.load(source, e.k, e)
             dst = self.store(op.dst, e.k, op, e)
             if dst is None:
                 return []

@@ -89,14 +89,47 @@ def _one_lane_placement(in_family: list[list[Candidate]]) -> list[Candidate]:
     register slice with the wide ops, so it does not narrow the others (GPT-2 decode's GEMVs
     read their weight rows one float per lane because their GELU epilogue offered only 1)."""
     def box(c):
-        return c.structure, tuple(sorted((k, v) for k, v in c.params.items() if k != "vec"))
+        return c.structure, tuple(sorted((k, v) for k, v in c.params.items() if k not in ("vec", "runs")))
     twins = [[c for c in cands if box(c) == box(cands[0])] for cands in in_family]
-    offered = [{c.params.get("vec", 1) for c in same} for same in twins]
-    narrowing = [o for o, same in zip(offered, twins) if o != {1} or _per_lane(same[0]) >= 2]
-    common = set.intersection(*narrowing) if narrowing else {1}
     wide = in_family[0][0].graph.target.timing.widest_access_bytes >= 16
+    runs = _row_runs(in_family, twins, wide)
+    if runs is not None:
+        return runs
+    plain = [[c for c in same if "runs" not in c.params] or same for same in twins]
+    offered = [{c.params.get("vec", 1) for c in same} for same in plain]
+    narrowing = [o for o, same in zip(offered, plain) if o != {1} or _per_lane(same[0]) >= 2]
+    common = set.intersection(*narrowing) if narrowing else {1}
     width = (max(common) if wide else min(common)) if common else 1
-    return [next((c for c in same if c.params.get("vec", 1) == width), same[0]) for same in twins]
+    return [next((c for c in same if c.params.get("vec", 1) == width), same[0]) for same in plain]
+
+
+def _row_runs(in_family: list[list[Candidate]], twins: list[list[Candidate]], wide: bool) -> list[Candidate] | None:
+    """Per op, its candidate for the widest `runs` placement (`vec` consecutive outputs a lane,
+    the reduced elements in turn: `reduce._lane_runs`, `pointwise.row_runs`) the whole group
+    can take, or None. Taken before any width along the last dimensions (where runs apply, the
+    product's tiling offers none). An op that offers runs takes them; any other takes its
+    family's first tiling along its last dimension at that width that is not a lane-per-row one
+    (`lane`, `rows`: its lanes would hold whole rows): an epilogue over the outputs, four a
+    lane, from a view that restarts with the sum at each output channel
+    (`elementwise.cut_views`); an op whose tiling gives a lane under two elements keeps its own."""
+    offered = {c.params["runs"] for same in twins for c in same if "runs" in c.params}
+    if not wide or not offered:
+        return None
+    for v in sorted(offered, reverse=True):
+        chosen = []
+        for cands, same in zip(in_family, twins):
+            pick = next((c for c in same if c.params.get("runs") == v), None)
+            if pick is None:
+                pick = next((c for c in cands if "runs" not in c.params and c.params.get("vec", 1) == v
+                             and c.structure not in ("lane", "rows")), None)
+            if pick is None and _per_lane(same[0]) < 2 and not any(c.params.get("vec", 1) > 1 for c in same):
+                pick = same[0]
+            if pick is None:
+                break
+            chosen.append(pick)
+        else:
+            return chosen
+    return None
 
 
 def _on_grid(cand: Candidate, grid) -> Candidate:

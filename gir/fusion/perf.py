@@ -41,7 +41,7 @@ from gir.ir.dtypes import itemsize
 from gir.ir.expr import Call, Input, postorder
 from gir.ir.gops import Broadcast, Elementwise, Gather, Move, Reduce
 from gir.ir.target import DRAM, REGISTER, SHARED
-from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block
+from gir.ir.validate import register_bytes_per_lane, shared_bytes_per_block, streamed_loads
 from gir.ir.vector_access import vector_width
 from gir.rewrite.tidy import tidy_slice
 
@@ -204,6 +204,20 @@ def _distinct_share(s) -> float:
         if stride == 0:
             repeats *= extent
     return 1 / repeats
+
+
+def _lane_distinct(op, lanes: int) -> int:
+    """Distinct DRAM addresses the busiest lane of a unit loads (a Move placed `vec` elements a
+    lane, its source repeating along stride-0 axes: a 1x1 conv's weight read for the four
+    pixels each lane owns). The emitters load them unguarded where the Move has no fill
+    (`Slice.unbounded_where_still`) and NVRTC issues each once: a lane-runs 1x1 conv of 24
+    input channels compiles to 24 weight loads for 96 register elements (PTX, sm_90)."""
+    src = op.src if op.fill is not None else op.src.unbounded_where_still()
+    if src.is_masked:
+        return ceil(op.dst.size / lanes)
+    owner = (np.arange(op.src.size) // op.vec) % lanes
+    pattern = op.src.pattern
+    return max(len(np.unique(pattern[owner == lane])) for lane in range(min(lanes, op.src.size)))
 
 
 def _gathered(s) -> bool:
@@ -375,6 +389,11 @@ def _residency(graph: GIRGraph, registers_per_lane: int | None = None) -> tuple[
     t, prim = graph.target, graph.prim
     upb = prim.units_per_block
     per_lane = 4 * registers_per_lane if registers_per_lane else register_bytes_per_lane(graph)
+    if not registers_per_lane and t.has_level(SHARED) and per_lane > t.register_bytes_per_lane:
+        # what the validator admits on a GPU only because loads stream (validate.streamed_loads:
+        # a lane-runs 1x1 conv, 3 x 96 floats a lane by liveness, 32 registers in ptxas) counts
+        # what it holds; below the per-thread limit every value counts, as before
+        per_lane = register_bytes_per_lane(graph, streamed_loads(graph))
     per_unit_regs = max(per_lane, 4) * t.lanes_per_unit
     limits = [t.timing.max_blocks_per_processor, t.max_units_per_processor // upb]
     if t.has_level(SHARED) or t.lanes_per_unit > 1 and t.max_units_per_processor > 1:
@@ -451,6 +470,14 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
             accesses = ceil(per_lane(op, op.dst) / width)
             if cpu and 0 in op.src.strides:  # the compiler loads a repeated element once per unit
                 accesses = ceil(accesses * _distinct_share(op.src))
+            elif (0 in op.src.strides and op.fill is None and not op.uniform and buffers[op.src.buffer].level == DRAM
+                  and (src := tidy_slice(op.src, graph.prim)).unbounded_where_still() != src):
+                # repeats of one address bounded along their stride-0 axis (a ragged tile of a
+                # 1x1 conv's pixels), which the emitters load unguarded: NVRTC issues them once.
+                # Other repeats it shares too, but counting those once moves the shortlist of
+                # GPT-2's decode LayerNorms (quick estimates, plan.shortlist) to structures 2.3x
+                # slower after rewriting: left counted per element until the shortlist is fixed
+                accesses = min(accesses, _lane_distinct(op, lanes))
             if cpu and lanes > 1 and id(op) not in streamed and _gathered(op.src):
                 accesses = ceil(op.dst.size * _distinct_share(op.src))  # an element an instruction
                 p.gathers = True

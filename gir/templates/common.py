@@ -27,10 +27,12 @@ class Candidate:
         return f"{self.structure}(" + ", ".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")"
 
 
-def admit(cands: list, rejected: list, op_name: str, structure: str, params: dict, g: GIRGraph) -> None:
-    """Keep a built graph as a candidate if the target can hold it, else record why not."""
+def admit(cands: list, rejected: list, op_name: str, structure: str, params: dict, g: GIRGraph,
+          streams: bool = False) -> None:
+    """Keep a built graph as a candidate if the target can hold it, else record why not
+    (`streams`: see `validate`)."""
     try:
-        validate(g, bounds=False)
+        validate(g, bounds=False, streams=streams)
     except GraphError as err:
         rejected.append((structure, params, str(err).splitlines()[-1].strip()))
         return
@@ -109,6 +111,10 @@ class Box:
     units_per_block: int
     whole: int = 0
     outer_units: bool = False  # one whole trailing window per unit, a block's units along the last grid axis
+    # the unit's slice ordered (chunk, rows): lanes placed `vec` consecutive rows each, every
+    # element of those rows' chunks in turn (a lowered 1x1 conv's product: four pixels a lane
+    # read 16 bytes at a time for each input channel; see `row_runs`)
+    transposed: bool = False
 
     @classmethod
     def of(cls, dims, structure: str, rows: int, chunk: int, units_per_block: int, whole: int) -> "Box":
@@ -137,7 +143,8 @@ class Box:
     @property
     def shape(self) -> tuple[int, ...]:
         """One unit's slice."""
-        return (*self.dims[self._grid_dims:-2], self.rows, self.chunk)
+        last = (self.chunk, self.rows) if self.transposed else (self.rows, self.chunk)
+        return (*self.dims[self._grid_dims:-2], *last)
 
     def prim(self) -> ParallelPrimitive:
         outer = self.dims[:self._grid_dims]
@@ -187,7 +194,10 @@ def _box_addressing(box: Box, offset: int, strides: tuple[int, ...]) -> tuple:
         base = base + block_coord(d) * s
     base = base + q_rows * (box.rows * strides[-2]) + q_last * (box.chunk * strides[-1])
     limits = (*[None] * box.whole, box.dims[-2] - q_rows * box.rows, box.dims[-1] - q_last * box.chunk)
-    return base, box.shape, strides[k:], limits
+    inner = strides[k:]
+    if box.transposed:
+        inner, limits = (*inner[:-2], inner[-1], inner[-2]), (*limits[:-2], limits[-1], limits[-2])
+    return base, box.shape, inner, limits
 
 
 HALF_FLOATS = ("float16", "bfloat16")

@@ -6,7 +6,7 @@ from gir.ir import Elementwise
 from gir.ir.dtypes import compute as widened
 from gir.ir.expr import split
 
-from .common import broadcast_strides, unique_views
+from .common import broadcast_strides, coalesce, unique_views
 from .pointwise import pointwise_candidates, register_result
 
 
@@ -37,7 +37,31 @@ def generate(op, tensors, target, rejected, views=None):
         return result
 
     cands = []
-    for dims, strides in unique_views(shape, operand_strides):
+    own = unique_views(shape, operand_strides)
+    for dims, strides in own:
         coalesced = [(name, offset, s) for (name, offset, _), s in zip(views, strides[1:])]
         cands += pointwise_candidates(op, tensors, target, dims, coalesced, strides[0], compute, rejected)
+    for dims, strides in cut_views(shape, operand_strides, target, own):
+        coalesced = [(name, offset, s) for (name, offset, _), s in zip(views, strides[1:])]
+        cands += pointwise_candidates(op, tensors, target, dims, coalesced, strides[0], compute, rejected,
+                                      structures=("chunk",))
     return cands
+
+
+def cut_views(shape, stride_sets, target, own) -> list:
+    """GPU only: the output as (leading dimensions, the rest coalesced), for each place the rest
+    starts, with chunks along the rest: the tiling of an epilogue after a reduction whose lanes
+    take runs of outputs restarting at each channel's pixels (`reduce._run_rows`), where the
+    operands would otherwise coalesce across channels (a ReLU after a 1x1 conv's bias)."""
+    if target.lanes_per_unit < 32 or target.timing.widest_access_bytes < 16:
+        return []
+    out = []
+    for i in range(1, len(shape) - 1):
+        head = coalesce(shape[:i], *[s[:i] for s in stride_sets])
+        tail = coalesce(shape[i:], *[s[i:] for s in stride_sets])
+        if head[0] == (1,) or len(tail[0]) != 1 or tail[0][0] < target.lanes_per_unit:
+            continue
+        view = ((*head[0], *tail[0]), [(*h, *t) for h, t in zip(head[1], tail[1])])
+        if view not in own and view not in out:
+            out.append(view)
+    return out

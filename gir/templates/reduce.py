@@ -155,6 +155,55 @@ def _per_unit_outputs(plan: _Plan, structure: str, outs: int, upb: int, vec: int
     return g
 
 
+def _lane_runs(plan: _Plan, outs: int, upb: int, vec: int):
+    """The lane structure with `vec` consecutive outputs a lane: each unit's slice ordered
+    (reduced elements, outputs), so element (g, o) sits in lane (o // vec) % lanes for every g
+    (outs a multiple of vec x lanes). A product fused into it from a transposed box
+    (`pointwise.row_runs`) loads `vec` consecutive outputs' operands at a time for every
+    reduced element, and the lane stores its `vec` results as one access: a lowered 1x1 conv
+    reads four pixels a lane, 16 bytes, per input channel, and writes four."""
+    p = plan
+    k_last, s_last = p.kept[-1]
+    grid, base_in, base_out = p.outer(skip_last=True)
+    grid.append(ceil(k_last / (outs * upb)))
+    q = block_coord(len(grid) - 1) * upb + W
+    g = new_graph(p.op, p.tensors, p.target, ParallelPrimitive(tuple(grid), upb), "lane", [p.x.name])
+    red_sizes, red_strides = tuple(n for n, _ in p.red), tuple(s for _, s in p.red)
+    src = Slice(p.x.name, base_in + q * (outs * s_last), (*red_sizes, outs), (*red_strides, s_last),
+                (*([None] * len(red_sizes)), k_last - q * outs))
+    g.buffer("%in", REGISTER, src.size, p.x.dtype)
+    g.add(Move(src=src, dst=Slice("%in", 0, src.shape, contiguous_strides(src.shape)), fill=p.fill, vec=vec))
+    g.buffer("%out", REGISTER, outs, p.acc)
+    acc = Slice.flat("%out", 0, outs)
+    g.add(Reduce(op=p.op.attrs["op"], src=Slice("%in", 0, (outs, p.group), (1, outs)), dst=acc, uniform=False, vec=vec))
+    o_last = p.out_strides[-1]
+    p.finish(g, acc, Slice(p.y.name, base_out + q * (outs * o_last), (outs,), (o_last,), (k_last - q * outs,)), vec=vec)
+    return g
+
+
+def _lane_run_widths(plan: _Plan, target, outs: int) -> list[int]:
+    """Widths at which `_lane_runs` applies: GPU units, `outs` a multiple of width x lanes and
+    the outputs' innermost dimension whole vectors (a ragged end masks whole runs)."""
+    lanes = target.lanes_per_unit
+    if lanes < 32 or target.timing.widest_access_bytes < 16:
+        return []
+    k_last = plan.kept[-1][0]
+    return [v for v in plan.widths if v > 1 and outs % (v * lanes) == 0 and k_last % v == 0]
+
+
+def _run_rows(plan: _Plan) -> list[_Plan]:
+    """The reduction as `_lane_runs` may tile it: over its whole innermost kept dimension, and
+    restarting at every row of each trailing block of the result's dimensions that divides it
+    (a 1x1 conv's 56x56 pixels of one output channel: the product's box tiles each channel's
+    pixels on its own, and a tile of 128 outputs does not divide 3,136)."""
+    k_last, out = plan.kept[-1][0], []
+    for i in range(len(plan.y.shape) - 1, 0, -1):
+        row = prod(plan.y.shape[i:])
+        if 1 < row < k_last and k_last % row == 0 and row not in out:
+            out.append(row)
+    return [plan] + [plan.rows_of(r) for r in out]
+
+
 def _block_vec_choices(plan: _Plan, target, workers: int) -> list[int]:
     """Lane placements of a block reduction's load, as `_unit_vec_choices`: 16-byte loads where
     the reduced dimension is contiguous and splits into whole vectors (each unit's chunk is whole
@@ -226,6 +275,12 @@ def generate(op, tensors, target, rejected, view=None):
     row = next((n for n in reversed(plan.y.shape) if n != 1), 1)
     for upb in upbs:
         for ept in (1, 2, 4):
+            for vec in _lane_run_widths(plan, target, lanes * ept):
+                for tiled in _run_rows(plan):
+                    rows = {} if tiled is plan else {"row": tiled.kept[-1][0]}
+                    builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb, "vec": vec,
+                                            "runs": vec} | rows,
+                                   lambda o=lanes * ept, u=upb, v=vec, t=tiled: _lane_runs(t, o, u, v)))
             builds.append(("lane", {"outputs_per_unit": lanes * ept, "units_per_block": upb},
                            lambda o=lanes * ept, u=upb: _per_unit_outputs(plan, "lane", o, u)))
         for outs in (1, 2, 4):
@@ -249,8 +304,10 @@ def generate(op, tensors, target, rejected, view=None):
         if plan.group >= 64 * lanes:
             for upb in big[:2]:
                 for phases in (4, 16):
-                    builds.append(("two_phase", {"units_per_block": upb, "blocks_per_output": phases},
-                                   lambda u=upb, ph=phases: _block(plan, u, ph)))
+                    for vec in _block_vec_choices(plan, target, upb * phases):
+                        builds.append(("two_phase", {"units_per_block": upb, "blocks_per_output": phases}
+                                       | ({"vec": vec} if vec > 1 else {}),
+                                       lambda u=upb, ph=phases, v=vec: _block(plan, u, ph, v)))
     cands = []
     for structure, params, build in builds:
         held = _elements_per_lane(plan, structure, params)
