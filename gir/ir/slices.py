@@ -98,10 +98,9 @@ class Slice:
     def unbounded_where_still(self) -> "Slice":
         """This slice without its bounds on dimensions of stride 0 (and extent over 1): every
         element along one has the address of the first, which the other dimensions' bounds keep
-        in range. The GPU
-        emitters guard a load without a fill by this (what a masked-off register element holds
-        is never read), so a 1x1 conv's weight, read for each of a ragged tile's pixels, is the
-        same unguarded load four times a lane, which NVRTC issues once."""
+        in range. The GPU emitters guard a load without a fill by this (what a masked-off
+        register element holds is never read), so a 1x1 conv's weight, read for each of a ragged
+        tile's pixels, is the same unguarded load four times a lane, which NVRTC issues once."""
         still = {d for d, (n, st) in enumerate(zip(self.shape, self.strides)) if st == 0 and n > 1}
         if not still or not self.is_masked:
             return self
