@@ -391,7 +391,7 @@ def _residency(graph: GIRGraph, registers_per_lane: int | None = None) -> tuple[
     per_lane = 4 * registers_per_lane if registers_per_lane else register_bytes_per_lane(graph)
     if not registers_per_lane and t.has_level(SHARED) and per_lane > t.register_bytes_per_lane:
         # what the validator admits on a GPU only because loads stream (validate.streamed_loads:
-        # a lane-runs 1x1 conv, 3 x 96 floats a lane by liveness, 32 registers in ptxas) counts
+        # a lane-runs 1x1 conv, 3 x 96 floats a lane by liveness, 124 registers in ptxas) counts
         # what it holds; below the per-thread limit every value counts, as before
         per_lane = register_bytes_per_lane(graph, streamed_loads(graph))
     per_unit_regs = max(per_lane, 4) * t.lanes_per_unit
