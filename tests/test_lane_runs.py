@@ -111,12 +111,45 @@ def test_the_runs_kernel_compiles_wide_and_without_spills(rank):
     from gir.backends.kernels import split_kernels
     cuda = _runs_graph(rank, "cuda:sm_90")
     source = "".join(CudaEmitter(cuda.target).emit(k) for k in split_kernels(cuda))
+    # streamed (each channel's run multiplied and added where it is loaded) and held to 32
+    # registers a thread by __launch_bounds__: uncapped, ptxas hoisted every load (124-136)
+    assert re.search(r"__launch_bounds__\(\d+, \d+\)", source)
     for arch in ("sm_80", "sm_90"):
         built = compile_cuda(source, arch)
         assert built.resources and not any(r.spilled for r in built.resources.values())
+        assert all(r.registers <= cuda.target.timing.streamed_registers for r in built.resources.values())
         assert re.search(r"ld\.global(\.nc)?\.v4\.f32", built.ptx) and "st.global.v4.f32" in built.ptx
     hip = _runs_graph(rank, "hip:gfx90a")
     source = "".join(HipEmitter(hip.target).emit(k) for k in split_kernels(hip))
     for arch in ("gfx908", "gfx90a"):
         built = compile_hip(source, arch)
         assert built.resources and not any(r.spilled for r in built.resources.values())
+
+
+def test_a_column_sum_streams_its_loads(rank):
+    """A sum down 32 rows with four consecutive outputs a lane (no product: the loads feed the
+    reduction directly) streams too: each row's four values are loaded where they are added,
+    and the kernel holds 32 registers, not the 128 values a lane's runs span."""
+    from onnx import TensorProto, helper
+    from gir.backends.cuda.compiler import compile_cuda
+    from gir.backends.cuda.emitter import CudaEmitter
+    from gir.backends.kernels import split_kernels
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], "colsum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axes")]), opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    space = rank.plan_space(load(model), get_target("cuda:sm_90"))
+    runs = [c for cands in space.per_op for c in cands if c.params.get("runs") == 4]
+    assert runs
+    g = runs[0].graph
+    source = "".join(CudaEmitter(g.target).emit(k) for k in split_kernels(g))
+    assert "acc3" in source  # four accumulators side by side
+    built = compile_cuda(source, "sm_90")
+    assert not any(r.spilled for r in built.resources.values())
+    assert all(r.registers <= g.target.timing.streamed_registers for r in built.resources.values())
+    feeds = {"x": np.random.default_rng(3).standard_normal((32, 1024)).astype(np.float32)}
+    interpreted = run(g, feeds).outputs["y"]
+    exact = feeds["x"].astype(np.float64).sum(0)  # 32 fp32 terms in some order
+    np.testing.assert_allclose(interpreted.reshape(-1), exact, rtol=1e-5, atol=5e-4)
+    np.testing.assert_allclose(run_on_cpu_harness(g, feeds, "cuda")["y"].reshape(-1), exact, rtol=1e-5, atol=5e-4)

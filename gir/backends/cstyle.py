@@ -143,6 +143,10 @@ def and_c(conds: list[str]) -> str:
     return " && ".join(f"({c})" if " " in c and not c.startswith("(") else c for c in conds) or "true"
 
 
+class _NotStreamable(Exception):
+    """A reduction `CStyle._reduce_runs` cannot stream: it is emitted over stored arrays."""
+
+
 @dataclass
 class Elem:
     """The output element one emitted block computes; `pre` holds statements every lane runs
@@ -293,7 +297,18 @@ class CStyle:
         return ""
 
     def launch_bounds(self, k: Kernel) -> str:
-        return f"__launch_bounds__({k.block_threads}) "
+        """A kernel whose runs reductions stream (`_streamed_products`) is held to the target's
+        `streamed_registers` a thread, as resident blocks per SM (CUDA's second argument):
+        uncapped, ptxas hoists every channel's loads (136 registers for 24 channels, 25%
+        occupancy); capped, it streams them (31, no spill), the occupancy the time model
+        assumes for it (perf._residency: what streams). A target without the figure (HIP:
+        its second argument is waves per EU, and the AMDGPU backend spilled such a kernel at
+        128 VGPRs) gets the block size alone."""
+        blocks, cap = 0, self.target.timing.streamed_registers
+        if cap and self.distributed_registers and self._streamed_products()[0]:
+            regs = (self.target.register_file_bytes or 256 * 1024) // 4
+            blocks = max(1, min(self.target.timing.max_blocks_per_processor, regs // (k.block_threads * cap)))
+        return f"__launch_bounds__({k.block_threads}{f', {blocks}' if blocks else ''}) "
 
     def barrier(self) -> str:
         return "__syncthreads();"
@@ -783,7 +798,143 @@ class CStyle:
 
     # -- gOperators --------------------------------------------------------------------------
     def emit_op(self, op) -> list[str]:
+        if self.distributed_registers and id(op) in self._streamed_products()[1]:
+            return []  # computed inside the reduction that reads it (_reduce_runs)
         return getattr(self, f"op_{op.kind}")(op)
+
+    # -- a lane's runs reduced as the products arrive (GPU) ------------------------------------
+    def _streamed_products(self) -> tuple[set, set]:
+        """(ids of the lane-own Reduces with runs of outputs (`vec` > 1) that compute their
+        source where they add it; ids of the register Moves and Elementwise ops they compute
+        so). A lowered 1x1 conv's product, and the register copies between it and the sum, then
+        never exist as arrays: each input channel's run of pixels is multiplied and added to the
+        lane's accumulators as it arrives, so ptxas can hold a few channels at a time. Written
+        out as arrays, the same kernel held 124 registers at 24 channels (ptxas, sm_90) and
+        could not be held to 64 without spilling; streamed, a hand-written one fits 64 registers
+        at 232 channels."""
+        if getattr(self, "_streamed_for", None) is self.k:
+            return self._streamed
+        self._streamed_for, self._streamed, self._sunk = self.k, (set(), set()), {}
+        ops = [op for _, op in self.k.ops]
+        writers, readers = buffer_users(ops)
+        for r in ops:
+            if not (isinstance(r, Reduce) and not r.uniform and r.vec > 1 and self.level(r.src) == REGISTER):
+                continue
+            chain: list = []
+            if not self._chain(r.src.buffer, r, writers, readers, chain):
+                chain = []
+            loads = self._sunk_loads(r, chain, writers, readers)
+            if not loads and not any(isinstance(o, Elementwise) for o in chain):
+                continue
+            self._streamed[1].update(id(o) for o in (*chain, *loads))  # tried with them unemitted
+            self._streamed[0].add(id(r))
+            self._sunk[id(r)] = loads
+            try:
+                self._reduce_runs(r, dry=True)
+            except _NotStreamable:
+                self._streamed[0].discard(id(r))
+                self._streamed[1].difference_update(id(o) for o in (*chain, *loads))
+                del self._sunk[id(r)]
+        return self._streamed
+
+    def _sunk_loads(self, r: Reduce, chain: list, writers, readers) -> list:
+        """The loads from DRAM into the chain's operands that `_reduce_runs` issues where the
+        group element they hold is added (row g of the load for element g): each is read by the
+        chain alone, its register array row-major with one row per group element, and a row is
+        whole rounds of the lanes' runs. Loaded all at the top instead, ptxas keeps every
+        channel's run in registers whatever the chain does."""
+        inside = {id(o) for o in (*chain, r)}
+        rows = r.dst.size
+        ops = [op for _, op in self.k.ops]
+        at = {id(op): i for i, op in enumerate(ops)}
+        out = []
+        for o in (*chain, r):
+            for x in (o.inputs if isinstance(o, Elementwise) else (o.src,)):
+                (m, *more) = writers.get(x.buffer, [None])
+                if (more or not isinstance(m, Move) or self.level(m.src) != DRAM or m.uniform
+                        or any(id(u) not in inside for u in readers.get(x.buffer, [])) or m in out):
+                    continue
+                d = m.dst
+                if (len(d.shape) == 2 and d.shape == (r.group, rows) and d.strides == (rows, 1) and d.offset.is_const
+                        and d.offset.const == 0 and rows % (m.vec * self.L) == 0 and not d.is_masked
+                        and (not m.src.limits or m.src.limits[0] is None or m.src.limits[0].is_const and m.src.limits[0].const >= r.group)
+                        and (not m.src.starts or m.src.starts[0] is None)
+                        and not any(w.buffer == m.src.buffer for op in ops[at[id(m)] + 1:at[id(r)]]
+                                    if not isinstance(op, Sync) for w in op.writes())):  # still the same values
+                    out.append(m)
+        return out
+
+    @staticmethod
+    def _row_of(m: Move, g: int) -> Move:
+        """Row g of a load `_sunk_loads` chose, as a Move of its own; where it is masked, the
+        lanes past the edge take zeros (its array has no other writer: those elements were
+        never defined), so ptxas need not keep an undefined value alive per element (a guarded
+        load spilled at 64 registers, a filled one did not)."""
+        def row(x: Slice) -> Slice:
+            tail = lambda b: b[1:] if b else ()  # noqa: E731
+            return Slice(x.buffer, x.offset + g * x.strides[0], x.shape[1:], x.strides[1:], tail(x.limits), tail(x.starts))
+        return replace(m, src=row(m.src), dst=row(m.dst), fill=0 if m.fill is None and m.src.unbounded_where_still().is_masked else m.fill)
+
+    def _chain(self, buffer: str, reader, writers, readers, chain: list) -> bool:
+        """Whether register `buffer` is computed by register copies and elementwise ops that
+        only `reader` reads, down to arrays written once (collected into `chain`)."""
+        (op, *more) = writers.get(buffer, [None])
+        if more or op is None or readers.get(buffer) != [reader] or self.k.buffers[buffer].level != REGISTER:
+            return False
+        if isinstance(op, Move) and self.level(op.src) == REGISTER and not op.uniform:
+            leaf = len(writers.get(op.src.buffer, [])) == 1
+            if not self._chain(op.src.buffer, op, writers, readers, chain) and not leaf:
+                return False
+        elif isinstance(op, Elementwise) and not op.uniform:
+            for s in op.inputs:
+                if self.level(s) != REGISTER:
+                    return False
+                if not self._chain(s.buffer, op, writers, readers, chain) and len(writers.get(s.buffer, [])) != 1:
+                    return False
+        else:
+            return False
+        chain.append(op)
+        return True
+
+    def _value_at(self, s: Slice, i: Idx, e: Elem) -> tuple[list[str], str, list[str]]:
+        """(statements, value in s's storage type, conditions) of element i of register slice
+        s, computed through the ops `_streamed_products` left unemitted, else read."""
+        writer = self._streamed_writer(s.buffer)
+        conds = self.mask(s, i)
+        if writer is None:
+            return [], self.reg_load(s, i, e), conds
+        a, consider = self._reg_addresses(s, i)
+        w = writer.writes()[0]
+        size = self.k.buffers[s.buffer].size
+        where, written = np.full(size, -1), w.offset.const + w.pattern
+        keep = (written >= 0) & (written < size) & (w.possibly_valid if w.is_masked else True)
+        where[written[keep]] = np.flatnonzero(keep)
+        j = np.where(consider, where[a], 0)
+        if (j[consider] < 0).any() or lane_form(j, consider) is None:
+            raise _NotStreamable
+        at = Idx("", j, consider)
+        conds += self.mask(w, at)
+        if isinstance(writer, Move):
+            lines, x, inner = self._value_at(writer.src, at, e)
+            if writer.fill is not None and inner:
+                fill = self.storage_literal(writer.fill, self.dtype(writer.dst))
+                return lines, f"({and_c(inner)} ? {x} : {fill})", conds
+            return lines, x, conds + inner
+        lines, inputs = [], []
+        for x in writer.inputs:
+            pre, v, inner = self._value_at(x, at, e)
+            lines += pre
+            inputs.append((v, self.dtype(x)))
+            conds += inner
+        more, v, dt = self.render_expr(writer.expr, inputs, writer.compute_dtype, e)
+        return lines + more, self.to_storage(v, dt, self.dtype(writer.out)), conds
+
+    def _streamed_writer(self, buffer: str):
+        for _, op in self.k.ops:
+            if id(op) in self._streamed[1] and self.level(op.writes()[0]) == REGISTER and \
+                    not (isinstance(op, Move) and self.level(op.src) == DRAM) and op.writes()[0].buffer == buffer:
+                return op
+        return None
 
     def op_Sync(self, op: Sync) -> list[str]:
         level = self.level(op.slice)
@@ -978,6 +1129,8 @@ class CStyle:
 
     def reduce_own(self, op: Reduce) -> list[str]:
         """uniform=False: output element k is reduced by the lane that owns it."""
+        if self.distributed_registers and id(op) in self._streamed_products()[0]:
+            return self._reduce_runs(op)
         acc, ident, term = self._reduce_parts(op)
         ddt = self.dtype(op.dst)
 
@@ -992,6 +1145,40 @@ class CStyle:
                 lines.append(f"acc = {self.combine(op.op, 'acc', f'({x})', chain=True)};")
             return lines + guarded(dst[1], [f"{dst[0]} = {self.to_storage('acc', acc, ddt)};"])
         return self.for_elements(op, op.dst.size, body)
+
+    def _reduce_runs(self, op: Reduce, dry: bool = False) -> list[str]:
+        """A lane's run of outputs reduced side by side (`_streamed_products`): one accumulator
+        per output, element g of every output's group added before element g + 1 (each
+        output's additions in the order one at a time would make), each computed where it is
+        added. Raises _NotStreamable (`dry`: before anything is emitted) where an element
+        needs a shuffle, a lane guard or an index not affine in the lane."""
+        acc, ident, term = self._reduce_parts(op)
+        ddt = self.dtype(op.dst)
+        elems = list(self.elements(op, op.dst.size))
+        if any(e.guard for e in elems):
+            raise _NotStreamable
+        rows, stores, lines = [], [], []
+        for j, e in enumerate(elems):
+            dst = self.store(op.dst, e.k, op, e)
+            if dst is None:
+                continue
+            row = []
+            for g in range(op.group):
+                pre, x, ok = self._value_at(op.src, e.k.lin(op.group, g), e)
+                x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
+                row.append(block("{", [*pre, f"acc{j} = {self.combine(op.op, f'acc{j}', f'({x})', chain=True)};"])
+                           if pre else [f"acc{j} = {self.combine(op.op, f'acc{j}', f'({x})', chain=True)};"])
+            if e.pre:
+                raise _NotStreamable
+            rows.append((j, row))
+            stores += guarded(dst[1], [f"{dst[0]} = {self.to_storage(f'acc{j}', acc, ddt)};"])
+        if dry or not rows:
+            return []
+        lines = [f"{self.ctype(acc)} " + ", ".join(f"acc{j} = {ident}" for j, _ in rows) + ";"]
+        for g in range(op.group):
+            lines += [ln for m in self._sunk.get(id(op), []) for ln in self.op_Move(self._row_of(m, g))]
+            lines += [ln for _, row in rows for ln in row[g]]
+        return block("{", lines + stores)
 
     def reduce_cooperative(self, op: Reduce) -> list[str]:
         """uniform=True: per-lane partials over held elements, then an xor butterfly."""

@@ -83,6 +83,8 @@ class Timing:
     sector_bytes: int = 0            # GPU: the granule one access moves between DRAM, L2 and L1 (a warp
                                      # access touching more granules than its bytes fill moves the rest
                                      # through the cache too); 0: not modelled
+    streamed_registers: int = 0      # GPU: registers a thread the emitter holds a kernel whose runs
+                                     # reductions stream to (`CStyle.launch_bounds`); 0: no such bound
     source: str = ""
 
 

@@ -41,11 +41,16 @@ H100_TIMING = Timing(clock_hz=1.98e9, issue_per_clock=4, alu_latency_cycles=4, d
                      copy_efficiency=0.92, cache_bandwidth=5.5e12, max_blocks_per_processor=32,
                      loads_in_flight_per_lane=8, barrier_s=40e-9, block_dispatch_s=80e-9,
                      sector_bytes=32,  # CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"
+                     # ptxas (NVRTC, sm_90) fits GIR's streamed 24-channel 1x1 conv in 31 registers
+                     # under __launch_bounds__(256, 8), no spill (tests/test_lane_runs.py); a
+                     # hand-written streamed one of 232 channels in 32
+                     streamed_registers=32,
                      source="H100 SXM5: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
 A100_TIMING = Timing(clock_hz=1.41e9, issue_per_clock=4, alu_latency_cycles=4, dram_latency_s=600e-9,
                      copy_efficiency=0.89, cache_bandwidth=4.8e12, max_blocks_per_processor=32,
                      loads_in_flight_per_lane=8, barrier_s=40e-9, block_dispatch_s=80e-9,
                      sector_bytes=32,  # as H100: 32-byte sectors
+                     streamed_registers=32,  # as H100 (sm_80 checked the same way)
                      source="A100-SXM4-40GB: vendor figures and public microbenchmarks (gir/backends/cuda/target.py)")
 
 A100 = replace(gpu_target("A100", "cuda", "sm_80", "warp", 32, 32, 108, 255, 163 * 1024,
