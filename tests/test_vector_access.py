@@ -444,3 +444,50 @@ def test_a_half_layernorm_under_a_megabyte_keeps_eight_halves_a_lane():
     (k,) = plan(load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)),
                 get_target("h100")).kernels
     assert k.estimate.dram_bytes < 1 << 20 and wide_share(k.graph, 16) == 1.0
+
+
+def _depthwise_then_pointwise(c: int = 232, hw: int = 14):
+    """ShuffleNet-v2's stage-4 downsampling branch: a 3x3 stride-2 depthwise conv, then a 1x1
+    conv over its 7x7 result, then ReLU."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, .3, (c, 1, 3, 3)).astype(np.float32), "dw"),
+             numpy_helper.from_array(rng.normal(0, .1, (c,)).astype(np.float32), "db"),
+             numpy_helper.from_array(rng.normal(0, .1, (c, c, 1, 1)).astype(np.float32), "pw"),
+             numpy_helper.from_array(rng.normal(0, .1, (c,)).astype(np.float32), "pb")]
+    nodes = [helper.make_node("Conv", ["x", "dw", "db"], ["d"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=c),
+             helper.make_node("Conv", ["d", "pw", "pb"], ["p"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["p"], ["y"])]
+    return helper.make_model(helper.make_graph(
+        nodes, "dw_pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw // 2, hw // 2])], inits),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_a_weight_row_loads_16_bytes_while_the_input_is_gathered():
+    """A 1x1 conv over a 7x7 map, one output a unit: its input is 49 floats a channel apart
+    (no 16-byte access can read it), its weight row 232 contiguous floats. The lanes take four
+    consecutive channels each, so the weight row loads 16 bytes a lane while the input is
+    gathered element by element (before, every one of the 11,368 units read the weight row a
+    float a lane). The kernel matches onnxruntime on the interpreter and the emitted CUDA
+    matches the interpreter on the CPU harness."""
+    import onnxruntime as ort
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    model = _depthwise_then_pointwise()
+    x = np.random.default_rng(1).standard_normal((1, 232, 14, 14)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    planned = plan(load(model), get_target("cuda:sm_90"), limit=2)
+    (kernel,) = planned.kernels
+    g = kernel.graph
+    moves = [op for _, op in g.ops() if isinstance(op, Move)]
+    weight = [op for op in moves if op.src.buffer.endswith("Conv_1/weight")]
+    gathered = [op for op in moves if op.src.buffer == "d"]  # the depthwise result, through DRAM
+    assert weight and all(vector_width(op, g.buffers) == 4 for op in weight)
+    assert gathered and all(op.vec == 4 and vector_width(op, g.buffers) == 1 for op in gathered)
+    feeds = {"x": x} | {n: np.asarray(t.value, np.float32) for n, t in planned.graph.tensors.items()
+                        if t.value is not None and n in g.buffers}
+    interpreted = run(g, feeds).outputs["y"].reshape(want.shape)
+    np.testing.assert_allclose(interpreted, want, rtol=1e-5, atol=1e-5)
+    harness = run_on_cpu_harness(g, feeds, "cuda")["y"].reshape(want.shape)
+    np.testing.assert_allclose(harness, interpreted, rtol=1e-5, atol=1e-5)

@@ -11,17 +11,26 @@ from gir.ir import REGISTER, Slice
 from .common import admit, Box, Candidate, box_choices, lane_widths, load, new_graph, store
 
 
-def vec_choices(chunk: int, size: int, strides: list[tuple[int, ...]], target, widths: list[int]) -> list[int]:
+def vec_choices(chunk: int, size: int, strides: list[tuple[int, ...]], target, widths: list[int],
+                mixed: bool = False) -> list[int]:
     """The widths of `lane_widths` that fit: every operand walks the last dimension
-    contiguously (or not at all) and a unit's chunk of a row splits into whole vectors (so no
-    lane's run crosses a row). The last round of lanes may be partial (a 28x28 map's 196
+    contiguously (or not at all; `mixed`, on a GPU, one operand contiguously is enough where
+    the chunk fills every lane's run: the others keep the lanes' runs but load them element by
+    element, so a 1x1 conv over a 7x7 map reads its weight row 16 bytes a lane while it
+    gathers the input, 49 floats a channel apart, where before every one of its 11,368 units
+    read the 232-float weight row a float a lane; 24 channels would leave 26 of 32 lanes
+    idle) and a unit's chunk of a row splits into whole vectors (so no lane's run crosses a
+    row). The last round of lanes may be partial (a 28x28 map's 196
     vectors over 32 lanes: the emitters guard those lanes); a reduction fused with the box
     offers a width only where its own lane layout takes it (`reduce._unit_vec_choices`: rows of
     128 halves two to a unit, 16 lanes to a row). Widest first where the target
     issues 16-byte accesses (the fusion search takes the widest every op of a group offers),
     else after the scalar one."""
-    contiguous = all(s[-1] in (0, 1) for s in strides)
-    fit = [v for v in widths if contiguous and chunk % v == 0 and size % v == 0]
+    walks = [s[-1] for s in strides]
+    contiguous = all(w in (0, 1) for w in walks)
+    mixed = mixed and target.lanes_per_unit >= 32 and target.timing.widest_access_bytes >= 16 and 1 in walks
+    fit = [v for v in widths if (contiguous or mixed and chunk >= v * target.lanes_per_unit)
+           and chunk % v == 0 and size % v == 0]
     return fit + [1] if target.timing.widest_access_bytes >= 16 else [1, *fit]
 
 
@@ -58,6 +67,9 @@ def pointwise_candidates(op, tensors, target, dims, in_views: list[tuple[str, in
         plain = Box.of(dims, structure, rows, chunk, upb, whole)
         vecs = vec_choices(chunk, plain.size, padded, target, widths)
         runs = row_runs(structure, rows, chunk, dims, padded[1:], target, widths, vecs)
+        if not runs and structure == "row" and chunk == dims[-1]:
+            # no runs twin: a whole row a unit may read one operand wide while it gathers others
+            vecs = vec_choices(chunk, plain.size, padded, target, widths, mixed=True)
         twins = [(replace(plain, rows=rows * v, transposed=True), v) for v in runs]
         for box, vec in twins + [(plain, v) for v in vecs]:
             g = new_graph(op, tensors, target, box.prim(), structure, [v[0] for v in in_views])
