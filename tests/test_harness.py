@@ -188,3 +188,18 @@ def test_trap_and_bad_arguments_are_clear_errors():
     ro.flags.writeable = False
     with pytest.raises(HarnessError, match="read-only"):
         run_kernel(trap.replace("__trap();", ""), "k", (1,), (32,), [ro, 1])
+
+
+def test_the_harness_builds_first_in_a_fresh_process(tmp_path):
+    """The first native library of a process built for the harness, with an empty cache: the
+    cache directory lookup imports the backends, whose CPU backend builds a library of its
+    own on import; under the cache's lock that deadlocked (this test file run alone hung)."""
+    import os
+    import subprocess
+    import sys
+    script = ("from gir.backends.harness.runner import build\n"
+              "src = 'extern \"C\" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }'\n"
+              "build(src, 'k')\nprint('built')\n")
+    env = os.environ | {"GIR_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "built" in done.stdout, done.stderr[-2000:]

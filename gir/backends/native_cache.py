@@ -28,10 +28,14 @@ def cached_library(toolchain_id: str, compiler: str, flags: list[str], source: s
     """`what`/`where` name the source and the compiler in a CompileError; `libraries` go after
     the source on the command line, where the linker looks for them."""
     key = hashlib.sha256(f"{toolchain_id}\0{' '.join(flags)}\0{source}".encode()).hexdigest()[:32]
+    # found before the lock: the first lookup imports the backends, and the CPU backend's import
+    # builds a library of its own (cpu/spin.py), which under the lock deadlocked the harness
+    # when it was the first user in a process (tests/test_harness.py run alone)
+    directory = usable_dir("native")
     with _lock:
         if key in _libs:
             return _libs[key]
-        out = usable_dir("native") / f"{key}.so"
+        out = directory / f"{key}.so"
         try:
             lib = ctypes.CDLL(str(out))
         except OSError:  # not built yet, or damaged

@@ -41,7 +41,8 @@ from ..native_cache import cached_library
 from . import runner
 
 GUARD = 256  # poisoned bytes before and after every allocation
-_KERNEL = re.compile(r'extern "C" __global__ void\s+(?:__launch_bounds__\(\d+\)\s*)?([A-Za-z_]\w*)\s*\(')
+# a kernel's name after its bounds: __launch_bounds__(threads) or (threads, blocks per SM)
+_KERNEL = re.compile(r'extern "C" __global__ void\s+(?:__launch_bounds__\([\d,\s]+\)\s*)?([A-Za-z_]\w*)\s*\(')
 
 
 def _module_unit(source: str, names: list[str]) -> str:
