@@ -814,7 +814,7 @@ class CStyle:
         at 232 channels."""
         if getattr(self, "_streamed_for", None) is self.k:
             return self._streamed
-        self._streamed_for, self._streamed, self._sunk = self.k, (set(), set()), {}
+        self._streamed_for, self._streamed, self._sunk, self._computed = self.k, (set(), set()), {}, {}
         ops = [op for _, op in self.k.ops]
         writers, readers = buffer_users(ops)
         for r in ops:
@@ -829,13 +829,27 @@ class CStyle:
             self._streamed[1].update(id(o) for o in (*chain, *loads))  # tried with them unemitted
             self._streamed[0].add(id(r))
             self._sunk[id(r)] = loads
+            computed = {o.writes()[0].buffer: (o, self._written_at(o)) for o in chain}
+            self._computed |= computed
             try:
                 self._reduce_runs(r, dry=True)
             except _NotStreamable:
                 self._streamed[0].discard(id(r))
                 self._streamed[1].difference_update(id(o) for o in (*chain, *loads))
                 del self._sunk[id(r)]
+                for b in computed:
+                    del self._computed[b]
         return self._streamed
+
+    def _written_at(self, op) -> np.ndarray:
+        """Per address of op's register result, the element of its written slice that holds
+        it (-1: none; masked-off elements are not written)."""
+        w = op.writes()[0]
+        size = self.k.buffers[w.buffer].size
+        where, written = np.full(size, -1), w.offset.const + w.pattern
+        keep = (written >= 0) & (written < size) & (w.possibly_valid if w.is_masked else True)
+        where[written[keep]] = np.flatnonzero(keep)
+        return where
 
     def _sunk_loads(self, r: Reduce, chain: list, writers, readers) -> list:
         """The loads from DRAM into the chain's operands that `_reduce_runs` issues where the
@@ -877,38 +891,33 @@ class CStyle:
 
     def _chain(self, buffer: str, reader, writers, readers, chain: list) -> bool:
         """Whether register `buffer` is computed by register copies and elementwise ops that
-        only `reader` reads, down to arrays written once (collected into `chain`)."""
+        only `reader` reads, down to arrays written once (then appended to `chain`, producers
+        first; nothing is appended where it is not)."""
         (op, *more) = writers.get(buffer, [None])
         if more or op is None or readers.get(buffer) != [reader] or self.k.buffers[buffer].level != REGISTER:
             return False
         if isinstance(op, Move) and self.level(op.src) == REGISTER and not op.uniform:
-            leaf = len(writers.get(op.src.buffer, [])) == 1
-            if not self._chain(op.src.buffer, op, writers, readers, chain) and not leaf:
-                return False
-        elif isinstance(op, Elementwise) and not op.uniform:
-            for s in op.inputs:
-                if self.level(s) != REGISTER:
-                    return False
-                if not self._chain(s.buffer, op, writers, readers, chain) and len(writers.get(s.buffer, [])) != 1:
-                    return False
+            sources = [op.src]
+        elif isinstance(op, Elementwise) and not op.uniform and all(self.level(s) == REGISTER for s in op.inputs):
+            sources = list(op.inputs)
         else:
             return False
-        chain.append(op)
+        found: list = []
+        for s in sources:  # each source computed in turn, or an array with one writer (a leaf)
+            if not self._chain(s.buffer, op, writers, readers, found) and len(writers.get(s.buffer, [])) != 1:
+                return False
+        chain += [*found, op]
         return True
 
     def _value_at(self, s: Slice, i: Idx, e: Elem) -> tuple[list[str], str, list[str]]:
         """(statements, value in s's storage type, conditions) of element i of register slice
         s, computed through the ops `_streamed_products` left unemitted, else read."""
-        writer = self._streamed_writer(s.buffer)
         conds = self.mask(s, i)
-        if writer is None:
+        if s.buffer not in self._computed:
             return [], self.reg_load(s, i, e), conds
-        a, consider = self._reg_addresses(s, i)
+        writer, where = self._computed[s.buffer]
         w = writer.writes()[0]
-        size = self.k.buffers[s.buffer].size
-        where, written = np.full(size, -1), w.offset.const + w.pattern
-        keep = (written >= 0) & (written < size) & (w.possibly_valid if w.is_masked else True)
-        where[written[keep]] = np.flatnonzero(keep)
+        a, consider = self._reg_addresses(s, i)
         j = np.where(consider, where[a], 0)
         if (j[consider] < 0).any() or lane_form(j, consider) is None:
             raise _NotStreamable
@@ -928,13 +937,6 @@ class CStyle:
             conds += inner
         more, v, dt = self.render_expr(writer.expr, inputs, writer.compute_dtype, e)
         return lines + more, self.to_storage(v, dt, self.dtype(writer.out)), conds
-
-    def _streamed_writer(self, buffer: str):
-        for _, op in self.k.ops:
-            if id(op) in self._streamed[1] and self.level(op.writes()[0]) == REGISTER and \
-                    not (isinstance(op, Move) and self.level(op.src) == DRAM) and op.writes()[0].buffer == buffer:
-                return op
-        return None
 
     def op_Sync(self, op: Sync) -> list[str]:
         level = self.level(op.slice)
@@ -1157,7 +1159,7 @@ class CStyle:
         elems = list(self.elements(op, op.dst.size))
         if any(e.guard for e in elems):
             raise _NotStreamable
-        rows, stores, lines = [], [], []
+        rows, stores = [], []
         for j, e in enumerate(elems):
             dst = self.store(op.dst, e.k, op, e)
             if dst is None:
@@ -1166,8 +1168,8 @@ class CStyle:
             for g in range(op.group):
                 pre, x, ok = self._value_at(op.src, e.k.lin(op.group, g), e)
                 x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
-                row.append(block("{", [*pre, f"acc{j} = {self.combine(op.op, f'acc{j}', f'({x})', chain=True)};"])
-                           if pre else [f"acc{j} = {self.combine(op.op, f'acc{j}', f'({x})', chain=True)};"])
+                add = f"acc{j} = {self.combine(op.op, f'acc{j}', f'({x})', chain=True)};"
+                row.append(block("{", [*pre, add]) if pre else [add])
             if e.pre:
                 raise _NotStreamable
             rows.append((j, row))
