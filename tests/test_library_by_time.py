@@ -73,6 +73,11 @@ def test_a_gemv_near_the_copy_bandwidth_stays_in_gir(target):
     assert not d.library and d.library_s is not None
     gir = sum(k.estimate.seconds for k in p.kernels)
     assert gir < LIBRARY_MARGIN * d.library_s
+    # the partition table says what the time check found, next to the ridge rule
+    ratio = gir / d.library_s
+    assert f"time check: its GIR kernels model at {gir * 1e6:.1f} us against {d.library_s * 1e6:.1f} us" in d.reason
+    assert f"({ratio:.2f}x): kept in GIR" in d.reason
+    assert ("within the time check's margin of 3x" in d.reason) == (ratio > 1)
 
 
 def test_library_seconds_counts_the_im2col_matrix_where_the_library_needs_one():

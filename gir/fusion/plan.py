@@ -118,9 +118,12 @@ def time_checked(graph: BasicGraph, target: Target, limit: int, progress, cache)
     first = _plan_once(graph, target, limit, progress, cache, {})
     back = _back_to_library(first, target)
     if not back:
+        _note_kept_in_gir(first)
         return first, None, first
     second = _plan_once(graph, target, limit, progress, cache, back)
-    return first, second, second if modelled_seconds(second) < modelled_seconds(first) else first
+    kept = second if modelled_seconds(second) < modelled_seconds(first) else first
+    _note_kept_in_gir(kept)
+    return first, second, kept
 
 
 def modelled_seconds(p: Plan) -> float:
@@ -147,9 +150,20 @@ def _back_to_library(result: Plan, target: Target) -> dict[str, str]:
     LIBRARY_MARGIN x their library calls (`Decision.library_s`; targets without a library model
     have none). Ops that share a kernel (an attention kernel holds both of a layer's products)
     are judged together, with every kernel that holds any of them, so those kernels go away whole."""
+    back = {}
+    for ops, gir_s, library_s in _time_checks(result):
+        if gir_s > LIBRARY_MARGIN * library_s:
+            for n in ops:
+                back[n] = _time_check_words(ops, gir_s, library_s)
+    return back
+
+
+def _time_checks(result: Plan) -> list[tuple[set, float, float]]:
+    """(lowered ops judged together, their GIR kernels' modelled seconds, their library calls'),
+    per group of lowered ops that share kernels."""
     lowered = {d.op: d for d in result.partition.decisions if not d.library and d.library_s}
     if not lowered:
-        return {}
+        return []
     joined = nx.Graph()
     holding = []  # (kernel, the lowered ops it holds)
     for k in result.kernels:
@@ -158,17 +172,35 @@ def _back_to_library(result: Plan, target: Target) -> dict[str, str]:
             holding.append((k, mine))
             joined.add_nodes_from(mine)
             joined.add_edges_from(zip(mine, mine[1:]))
-    back = {}
+    out = []
     for ops in nx.connected_components(joined):
         gir_s = sum(k.estimate.seconds for k, mine in holding if ops & set(mine))
-        library_s = sum(lowered[n].library_s for n in ops)
-        if gir_s > LIBRARY_MARGIN * library_s:
-            what, calls = (("its GIR kernels model", "a library call with its output") if len(ops) == 1 else
-                           (f"the GIR kernels it shares with {len(ops) - 1} more lowered op{'s' if len(ops) > 2 else ''} model",
-                            "library calls with their outputs"))
-            for n in ops:
-                back[n] = f"{what} at {gir_s * 1e6:.1f} us against {library_s * 1e6:.1f} us as {calls} written and read once"
-    return back
+        out.append((ops, gir_s, sum(lowered[n].library_s for n in ops)))
+    return out
+
+
+def _time_check_words(ops: set, gir_s: float, library_s: float) -> str:
+    what, calls = (("its GIR kernels model", "a library call with its output") if len(ops) == 1 else
+                   (f"the GIR kernels it shares with {len(ops) - 1} more lowered op{'s' if len(ops) > 2 else ''} model",
+                    "library calls with their outputs"))
+    return f"{what} at {gir_s * 1e6:.1f} us against {library_s * 1e6:.1f} us as {calls} written and read once"
+
+
+def _note_kept_in_gir(result: Plan) -> None:
+    """Add the time check's figures to the reason of every lowered op the kept plan runs in GIR
+    (`gir explain`'s partition table): a kernel modelled at up to LIBRARY_MARGIN x its library
+    call stays in GIR, and a reader should see where it does (RedNet-50's 16 -> 196 involution
+    kernel convs would model at 2.9x cuDNN's call once the lane-runs structure reaches them)."""
+    by_op = {d.op: d for d in result.partition.decisions}
+    for ops, gir_s, library_s in _time_checks(result):
+        ratio = gir_s / library_s if library_s else float("inf")
+        verdict = ("kept in GIR, within the time check's margin of "
+                   f"{LIBRARY_MARGIN:g}x" if ratio > 1 else "kept in GIR")
+        note = f"; time check: {_time_check_words(ops, gir_s, library_s)} ({ratio:.2f}x): {verdict}"
+        for n in ops:
+            d = by_op[n]
+            if "; time check: " not in d.reason:
+                d.reason = d.reason + note
 
 
 def _plan_once(graph: BasicGraph, target: Target, limit: int, progress, cache, give_back: dict[str, str]) -> Plan:
