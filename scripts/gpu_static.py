@@ -62,7 +62,7 @@ def measure(name: str, target_name: str, limit: int) -> dict:
     seconds = sum(k.estimate.seconds for k in p.kernels)
     dram = sum(k.estimate.dram_bytes for k in p.kernels)
     access = wide = allowed = 0
-    reasons, big, small_blocks, few_blocks = Counter(), 0, [], []
+    reasons, big, small_blocks, few_blocks, shapes = Counter(), 0, [], [], Counter()
     launches = sum(k.estimate.kernels for k in p.kernels)
     one_warp = sum(k.estimate.kernels for k in p.kernels if k.graph.prim.units_per_block == 1)
     for k in p.kernels:
@@ -76,6 +76,8 @@ def measure(name: str, target_name: str, limit: int) -> dict:
                 small_blocks.append(f"{k.name[:48]} ({threads})")
             if k.graph.prim.num_blocks < 2 * target.processors:
                 few_blocks.append(f"{k.name[:48]} ({k.graph.prim.num_blocks})")
+            if threads < 128 or k.graph.prim.num_blocks < 2 * target.processors:
+                shapes[_launch_shape(k, target)] += 1
     return {"model": name, "target": target_name, "kernels": len(p.kernels), "modelled_us": seconds * 1e6,
             "dram_mb": dram / 1e6, "modelled_peak_share": dram / seconds / target.dram_bandwidth if seconds else 0.0,
             "access_mb": access / 1e6, "wide_share": wide / access if access else 0.0,
@@ -83,7 +85,21 @@ def measure(name: str, target_name: str, limit: int) -> dict:
             "narrow_mb_by_reason": {r: round(b / 1e6, 2) for r, b in reasons.most_common()},
             "kernels_1mb": big, "under_128_threads": small_blocks, "under_2_blocks_per_sm": few_blocks,
             "launches": launches, "one_unit_block_launches": one_warp,
+            "launch_shapes": [{"kernels": n, **dict(shape)} for shape, n in shapes.items()],
             "plan_s": planned}
+
+
+def _launch_shape(k, target) -> tuple:
+    """What a kernel that misses the launch-shape bar is: its first op (the repeated layers' kernels
+    share it), blocks, threads, units, modelled time and bound, and the most 128-thread blocks its
+    tiling could make (units / units per 128 threads): below two per SM, the bar needs a finer
+    tiling (a row or an output split over units), not a different block size."""
+    prim, e = k.graph.prim, k.estimate
+    per_128 = max(1, 128 // target.lanes_per_unit)
+    first = k.ops[0].split("/")[-2:] if k.ops else [k.name]
+    return tuple({"op": "/".join(first)[:40], "blocks": prim.num_blocks, "threads": prim.units_per_block * target.lanes_per_unit,
+                  "units": prim.num_units, "mb": round(e.dram_bytes / 1e6, 2), "us": round(e.seconds * 1e6, 2),
+                  "bound": e.bound, "blocks_of_128": prim.num_units // per_128}.items())
 
 
 def ptx_counts(name: str, target_name: str, out: Path) -> dict:
@@ -199,6 +215,16 @@ def write(rows, copies, ptx, args):
         if r["under_128_threads"] or r["under_2_blocks_per_sm"]:
             lines.append(f"- {r['model']} {r['target']}: under 128 threads: {', '.join(r['under_128_threads']) or 'none'}; "
                          f"under 2 blocks per SM: {', '.join(r['under_2_blocks_per_sm']) or 'none'}")
+    lines += ["", "### The same kernels by launch shape\n",
+              "Alike kernels (the repeated layers') counted once. Blocks of 128 at most: the 128-thread blocks the "
+              "kernel's tiling could make (its units, 4 to a block on CUDA, 2 on HIP); where that is under two per "
+              "SM/CU (264 on the H100, 220 on the MI250X GCD), no block size meets the bar without a finer tiling.\n",
+              "| model | target | kernels | first op | blocks x threads | units | blocks of 128 at most | MB | modelled us | bound |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for s in sorted(r.get("launch_shapes", []), key=lambda s: -s["mb"]):
+            lines.append(f"| {r['model']} | {r['target']} | {s['kernels']} | {s['op']} | {s['blocks']} x {s['threads']} | "
+                         f"{s['units']} | {s['blocks_of_128']} | {s['mb']} | {s['us']} | {s['bound']} |")
     if args.before:
         lines += _before_after(json.loads(Path(args.before).read_text()), rows, ptx, args.before_label)
     if ptx:

@@ -47,3 +47,32 @@ def test_static_kernel_facts_name_launch_widths_and_registers(steps):
     assert "DRAM access widths" in line and "registers [" in line and "None" not in line.split("registers")[1].split("]")[0]
     with pytest.raises(SystemExit, match="no planned kernel"):
         static.kernel_facts("sardrn:/no/such/kernel", "cuda:sm_90", 1)
+
+
+def test_a_kernel_missing_the_launch_bar_is_described_by_its_tiling():
+    """BERT's Add + LayerNorm over 128 rows on hip:gfx90a: one row a unit (64 lanes), eight units
+    a block, 16 blocks. The report gives the 128-thread blocks that tiling could make (64: two
+    units each), under the two per CU the bar asks of the MI250X's 110 CUs."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    from gir.ir import get_target
+    static = _script("gpu_static")
+    f = TensorProto.FLOAT
+    gamma, beta = (numpy_helper.from_array(np.full(768, v, np.float32), n) for n, v in (("g", 1.0), ("b", 0.0)))
+    nodes = [helper.make_node("Add", ["x", "r"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1, epsilon=1e-12)]
+    io = lambda n: helper.make_tensor_value_info(n, f, [1, 128, 768])  # noqa: E731
+    model = helper.make_model(helper.make_graph(nodes, "add_ln", [io("x"), io("r")], [io("y")], [gamma, beta]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    t = get_target("hip:gfx90a")
+    (k,) = plan(load(model), t, limit=2).kernels
+    shape = dict(static._launch_shape(k, t))
+    prim = k.graph.prim
+    assert shape["blocks"] == prim.num_blocks and shape["threads"] == prim.units_per_block * 64
+    assert shape["units"] == prim.num_units and shape["blocks_of_128"] == prim.num_units // 2
+    assert shape["bound"] == k.estimate.bound and shape["mb"] == round(k.estimate.dram_bytes / 1e6, 2)
+    assert shape["op"] and "/" not in shape["op"][:1]
+    assert shape["blocks"] < 2 * t.processors and shape["blocks_of_128"] < 2 * t.processors
