@@ -215,10 +215,13 @@ def write(rows, copies, ptx, args):
         if r["under_128_threads"] or r["under_2_blocks_per_sm"]:
             lines.append(f"- {r['model']} {r['target']}: under 128 threads: {', '.join(r['under_128_threads']) or 'none'}; "
                          f"under 2 blocks per SM: {', '.join(r['under_2_blocks_per_sm']) or 'none'}")
+    targets = [get_target(t) for t in args.targets]
+    per_block = ", ".join(f"{max(1, 128 // t.lanes_per_unit)} on {t.name}" for t in targets)
+    bar = ", ".join(f"{2 * t.processors} on {t.name}" for t in targets)
     lines += ["", "### The same kernels by launch shape\n",
               "Alike kernels (the repeated layers') counted once. Blocks of 128 at most: the 128-thread blocks the "
-              "kernel's tiling could make (its units, 4 to a block on CUDA, 2 on HIP); where that is under two per "
-              "SM/CU (264 on the H100, 220 on the MI250X GCD), no block size meets the bar without a finer tiling.\n",
+              f"kernel's tiling could make (its units, {per_block} to a block); where that is under two per "
+              f"SM/CU ({bar}), no block size meets the bar without a finer tiling.\n",
               "| model | target | kernels | first op | blocks x threads | units | blocks of 128 at most | MB | modelled us | bound |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
