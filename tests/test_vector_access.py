@@ -446,21 +446,22 @@ def test_a_half_layernorm_under_a_megabyte_keeps_eight_halves_a_lane():
     assert k.estimate.dram_bytes < 1 << 20 and wide_share(k.graph, 16) == 1.0
 
 
-def _depthwise_then_pointwise(c: int = 232, hw: int = 14):
+def _depthwise_then_pointwise(c: int = 232, hw: int = 14, dtype=np.float32):
     """ShuffleNet-v2's stage-4 downsampling branch: a 3x3 stride-2 depthwise conv, then a 1x1
     conv over its 7x7 result, then ReLU."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.normal(0, .3, (c, 1, 3, 3)).astype(np.float32), "dw"),
-             numpy_helper.from_array(rng.normal(0, .1, (c,)).astype(np.float32), "db"),
-             numpy_helper.from_array(rng.normal(0, .1, (c, c, 1, 1)).astype(np.float32), "pw"),
-             numpy_helper.from_array(rng.normal(0, .1, (c,)).astype(np.float32), "pb")]
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [numpy_helper.from_array(rng.normal(0, .3, (c, 1, 3, 3)).astype(dtype), "dw"),
+             numpy_helper.from_array(rng.normal(0, .1, (c,)).astype(dtype), "db"),
+             numpy_helper.from_array(rng.normal(0, .1, (c, c, 1, 1)).astype(dtype), "pw"),
+             numpy_helper.from_array(rng.normal(0, .1, (c,)).astype(dtype), "pb")]
     nodes = [helper.make_node("Conv", ["x", "dw", "db"], ["d"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=c),
              helper.make_node("Conv", ["d", "pw", "pb"], ["p"], kernel_shape=[1, 1]),
              helper.make_node("Relu", ["p"], ["y"])]
     return helper.make_model(helper.make_graph(
-        nodes, "dw_pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw // 2, hw // 2])], inits),
+        nodes, "dw_pw", [helper.make_tensor_value_info("x", elem, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", elem, [1, c, hw // 2, hw // 2])], inits),
         opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
@@ -491,3 +492,40 @@ def test_a_weight_row_loads_16_bytes_while_the_input_is_gathered():
     np.testing.assert_allclose(interpreted, want, rtol=1e-5, atol=1e-5)
     harness = run_on_cpu_harness(g, feeds, "cuda")["y"].reshape(want.shape)
     np.testing.assert_allclose(harness, interpreted, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels,dtype,vec", [(116, np.float32, 4), (232, np.float16, 8)])
+def test_a_weight_row_of_three_quarters_of_the_lanes_vectors_loads_16_bytes(channels, dtype, vec):
+    """The same 1x1 conv where the weight row fills three quarters of the lanes' 16-byte vectors
+    or more: 116 floats are 29 vectors of four, 232 halves 29 of eight, over 32 lanes. The row
+    loads 16 bytes on 29 lanes while the input is gathered; the last three lanes idle, as 3 of
+    32 idle in the one-element-a-lane form's last round. The interpreter matches onnxruntime on
+    the fp32 model (the fp16 one with its inputs in fp32: onnxruntime has no fp16 depthwise conv
+    on the CPU), and the emitted CUDA matches the interpreter on the CPU harness. (HIP's 64-lane
+    units need 48 such vectors, which neither row makes.)"""
+    import onnxruntime as ort
+    from gir.frontend import load
+    from gir.fusion.plan import plan
+    model = _depthwise_then_pointwise(channels, 14, dtype)
+    x = np.random.default_rng(1).standard_normal((1, channels, 14, 14)).astype(dtype)
+    reference = _depthwise_then_pointwise(channels, 14, np.float32)
+    if dtype != np.float32:  # the same weights, rounded to fp16, in an fp32 model
+        for t in reference.graph.initializer:
+            from onnx import numpy_helper
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(dtype).astype(np.float32), t.name))
+    want = ort.InferenceSession(reference.SerializeToString()).run(None, {"x": x.astype(np.float32)})[0]
+    planned = plan(load(model), get_target("cuda:sm_90"), limit=2)
+    (kernel,) = planned.kernels
+    g = kernel.graph
+    moves = [op for _, op in g.ops() if isinstance(op, Move)]
+    weight = [op for op in moves if op.src.buffer.endswith("Conv_1/weight")]
+    gathered = [op for op in moves if op.src.buffer in ("d", "Conv_0/sum")]  # the depthwise result, through DRAM
+    assert weight and all(vector_width(op, g.buffers) == vec for op in weight)
+    assert gathered and all(op.vec == vec and vector_width(op, g.buffers) == 1 for op in gathered)
+    feeds = {"x": x} | {n: np.asarray(t.value) for n, t in planned.graph.tensors.items()
+                        if t.value is not None and n in g.buffers}
+    interpreted = run(g, feeds).outputs["y"].reshape(want.shape)
+    tol = 1e-5 if dtype == np.float32 else 2e-2
+    np.testing.assert_allclose(interpreted.astype(np.float32), want, rtol=tol, atol=tol)
+    harness = run_on_cpu_harness(g, feeds, "cuda")["y"].reshape(want.shape)
+    np.testing.assert_allclose(harness.astype(np.float32), interpreted.astype(np.float32), rtol=tol, atol=tol)

@@ -18,9 +18,10 @@ def vec_choices(chunk: int, size: int, strides: list[tuple[int, ...]], target, w
     the chunk fills every lane's run: the others keep the lanes' runs but load them element by
     element, so a 1x1 conv over a 7x7 map reads its weight row 16 bytes a lane while it
     gathers the input, 49 floats a channel apart, where before every one of its 11,368 units
-    read the 232-float weight row a float a lane; 24 channels would leave 26 of 32 lanes
-    idle) and a unit's chunk of a row splits into whole vectors (so no lane's run crosses a
-    row). The last round of lanes may be partial (a 28x28 map's 196
+    read the 232-float weight row a float a lane; the row must give three quarters of the lanes
+    a vector or more: 232 halves or 116 floats are 29 vectors over 32 lanes, while 24 channels
+    would leave 26 of 32 lanes idle) and a unit's chunk of a row splits into whole vectors (so
+    no lane's run crosses a row). The last round of lanes may be partial (a 28x28 map's 196
     vectors over 32 lanes: the emitters guard those lanes); a reduction fused with the box
     offers a width only where its own lane layout takes it (`reduce._unit_vec_choices`: rows of
     128 halves two to a unit, 16 lanes to a row). Widest first where the target
@@ -29,7 +30,7 @@ def vec_choices(chunk: int, size: int, strides: list[tuple[int, ...]], target, w
     walks = [s[-1] for s in strides]
     contiguous = all(w in (0, 1) for w in walks)
     mixed = mixed and target.lanes_per_unit >= 32 and target.timing.widest_access_bytes >= 16 and 1 in walks
-    fit = [v for v in widths if (contiguous or mixed and chunk >= v * target.lanes_per_unit)
+    fit = [v for v in widths if (contiguous or mixed and 4 * chunk >= 3 * v * target.lanes_per_unit)
            and chunk % v == 0 and size % v == 0]
     return fit + [1] if target.timing.widest_access_bytes >= 16 else [1, *fit]
 
