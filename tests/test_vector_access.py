@@ -504,6 +504,7 @@ def test_a_weight_row_of_three_quarters_of_the_lanes_vectors_loads_16_bytes(chan
     on the CPU), and the emitted CUDA matches the interpreter on the CPU harness. (HIP's 64-lane
     units need 48 such vectors, which neither row makes.)"""
     import onnxruntime as ort
+    from onnx import numpy_helper
     from gir.frontend import load
     from gir.fusion.plan import plan
     model = _depthwise_then_pointwise(channels, 14, dtype)
@@ -511,7 +512,6 @@ def test_a_weight_row_of_three_quarters_of_the_lanes_vectors_loads_16_bytes(chan
     reference = _depthwise_then_pointwise(channels, 14, np.float32)
     if dtype != np.float32:  # the same weights, rounded to fp16, in an fp32 model
         for t in reference.graph.initializer:
-            from onnx import numpy_helper
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(dtype).astype(np.float32), t.name))
     want = ort.InferenceSession(reference.SerializeToString()).run(None, {"x": x.astype(np.float32)})[0]
     planned = plan(load(model), get_target("cuda:sm_90"), limit=2)

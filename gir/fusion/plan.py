@@ -198,9 +198,7 @@ def _note_kept_in_gir(result: Plan) -> None:
                    f"{LIBRARY_MARGIN:g}x" if ratio > 1 else "kept in GIR")
         note = f"; time check: {_time_check_words(ops, gir_s, library_s)} ({ratio:.2f}x): {verdict}"
         for n in ops:
-            d = by_op[n]
-            if "; time check: " not in d.reason:
-                d.reason = d.reason + note
+            by_op[n].reason += note
 
 
 def _plan_once(graph: BasicGraph, target: Target, limit: int, progress, cache, give_back: dict[str, str]) -> Plan:
