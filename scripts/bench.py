@@ -84,9 +84,9 @@ def bench_model(name: str, args, work: str, gpu) -> dict:
     return row
 
 
-def gpu_numbers(gpu, model, feeds: dict, args) -> dict:
+def gpu_numbers(gpu, model, feeds: dict, args, path: str | None = None) -> dict:
     try:
-        return gpu.measure(model, feeds, args.target, args.limit)
+        return gpu.measure(model, feeds, args.target, args.limit, path)
     except Exception as err:  # noqa: BLE001 -- the CPU numbers of the model still stand
         return {"error": failure(err)}
 

@@ -76,3 +76,65 @@ def test_a_kernel_missing_the_launch_bar_is_described_by_its_tiling():
     assert shape["bound"] == k.estimate.bound and shape["mb"] == round(k.estimate.dram_bytes / 1e6, 2)
     assert shape["op"] and "/" not in shape["op"][:1]
     assert shape["blocks"] < 2 * t.processors and shape["blocks_of_128"] < 2 * t.processors
+
+
+def test_bench_gpu_times_both_sides_of_the_time_check(monkeypatch, tmp_path):
+    """scripts/bench_gpu.py on the recording stand-in of a GPU (kernels on the CPU harness, a clock
+    in place of CUDA events): `--plan-only` fills the plan cache that the measured sessions then
+    read, every library call is timed against its modelled call, and the conv the time check
+    gave back is timed as the GIR kernel of the ridge rule's plan against its library call."""
+    import time
+
+    import numpy as np
+    from test_library_by_time import _conv_relu
+
+    from gir.backends import device_engine as device
+    from gir.backends.harness.recording import RecordingLauncher, harness_toolchain
+    from gir.fusion.plan import LIBRARY_MARGIN
+
+    bench_gpu, bench, check = _script("bench_gpu"), _script("bench"), _script("time_check_gpu")
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(device, "open_launcher", lambda backend: RecordingLauncher())
+    monkeypatch.setattr(device, "_toolchain", harness_toolchain)
+    monkeypatch.setattr(bench_gpu, "KERNEL_RUNS", 1)
+    monkeypatch.setattr(bench_gpu, "WARMUP", 0)
+    monkeypatch.setattr(check, "LIBRARY_RUNS", 1)
+
+    class Clock(bench_gpu.Gpu):
+        def __init__(self):
+            self.runs, self.torch_compile, self.name, self.l2_bytes, self.copy_bytes_per_s = 1, False, "harness", 1 << 20, 1e12
+            self.flushes = 0
+
+        def event_seconds(self, fn, stream=None, before=None):
+            before and before()
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+
+        def flush_l2(self):
+            self.flushes += 1
+
+        def launcher_stream(self, launcher):
+            return None
+
+        def torch_latencies(self, model, feeds, reference):
+            return {"torch_note": "no torch here"}
+
+    model = _conv_relu(size=32)
+    assert bench_gpu.plan_only(model, "h100", 1) == 1
+    planned = sorted(p.name for p in (tmp_path / "plan").rglob("*") if p.is_file())
+    assert planned and not (tmp_path / "session").exists()  # kernels cached, no whole sessions (weights)
+    gpu = Clock()
+    x = np.random.default_rng(0).standard_normal((1, 1, 32, 32)).astype(np.float32)
+    got = gpu.measure(model, {"x": x}, "h100", 1)
+    assert sorted(p.name for p in (tmp_path / "plan").rglob("*") if p.is_file()) == planned  # read back, not searched
+    assert got["given_back"] == 1 and got["gir_max_rel_err"] < 1e-5 and got["gir_ridge_only_max_rel_err"] < 1e-5
+    (call,) = got["library_calls"]
+    assert call["ops"] == ["conv"] and call["kind"] == "conv" and call["given_back"] and gpu.flushes >= 1
+    assert call["seconds"] > 0 and 0 < call["modelled_call_s"] < call["modelled_call_s"] + call["round_trip_s"]
+    (row,) = got["time_checks"]
+    assert row["ops"] == ["conv"] and len(row["kernels"]) == 1 and row["gir_s"] > 0
+    assert row["gir_modelled_s"] > LIBRARY_MARGIN * row["library_modelled_s"]
+    assert row["library_call_s"] == call["seconds"]
+    text = check.report([{"model": "conv_relu", "gpu": got}], bench.markdown_table)
+    assert "| conv_relu | `conv` | 1 | conv | conv |" in text and "| conv_relu | `conv` | 1 | 1 |" in text

@@ -254,14 +254,17 @@ class DeviceEngine:
 
         self.program = []  # ("launch", kernel, grid, block, shared, args) | ("gemm", Gemm) | ("conv", Conv)
         self.kernel_steps = []  # per program entry: the plan step of a GIR kernel's launch, else None
+        self.library_steps = []  # per program entry: the library op it is part of, else None
         for launch in launches:
             if isinstance(launch, BasicOp):
                 calls = self._library_calls(launch, binary, im2col)
                 self.program += calls
                 self.kernel_steps += [None] * len(calls)
+                self.library_steps += [launch.name] * len(calls)
                 continue
             i, k = launch
             self.kernel_steps.append(i)
+            self.library_steps.append(None)
             args = [self._buffer(*locate(plan, memory, i, b), b.nbytes) for b in k.params]
             if k.gathers:
                 args.append(DeviceBuffer(self.flags.ptr + 4 * slot[id(k)], 4))
@@ -280,7 +283,7 @@ class DeviceEngine:
         if launcher.supports_capture and os.environ.get("GIR_DEVICE_GRAPHS", "1") != "0":
             launcher.begin_capture()
             try:
-                self._enqueue()
+                self.enqueue()
             except Exception as e:  # noqa: BLE001 -- a call the API cannot capture: launch without a graph
                 try:
                     launcher.end_capture()
@@ -384,9 +387,10 @@ class DeviceEngine:
                 self.ones[dtype].ptr, (1, 1, 1, positions), y.ptr, size, beta=1.0, c_batch=(n, groups))]
         return calls
 
-    def _enqueue(self) -> None:
+    def enqueue(self, program: list | None = None) -> None:
+        """Enqueue `program` (entries of self.program; all of it by default) on the launcher's stream."""
         launcher = self.launcher
-        for call in self.program:
+        for call in self.program if program is None else program:
             if call[0] == "gemm":
                 launcher.gemm(call[1])
             elif call[0] == "conv":
@@ -415,7 +419,7 @@ class DeviceEngine:
             if self.graph is not None:
                 launcher.replay(self.graph)
             else:
-                self._enqueue()
+                self.enqueue()
             for n in g.outputs:
                 launcher.copy_out(self._tensor(n), self.out_host[n])
             if self.read_flags:

@@ -70,23 +70,31 @@ def op_cost(op: BasicOp, graph: BasicGraph) -> tuple[int, int]:
 def library_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
     """Modelled time of `op` as a library call, plus writing and re-reading its output once (the
     epilogue a fused GIR kernel would have kept in registers), or None where the target does not
-    describe its library calls. FLOPs at the dtype's peak (the ridge point's), bytes at the
-    achievable copy bandwidth, one launch each; an im2col conv ("convs": "im2col") also writes
-    and reads its column matrix."""
+    describe its library calls."""
+    call = library_call_seconds(op, graph, target)
+    if call is None:
+        return None
+    out = graph.tensors[op.outputs[0]]
+    bandwidth = target.dram_bandwidth * target.timing.copy_efficiency
+    return call + 2 * out.size * itemsize(out.dtype) / bandwidth + target.launch_latency_s
+
+
+def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
+    """Modelled time of the library call alone (None: the target has no library model): FLOPs
+    at the dtype's peak (the ridge point's), bytes at the achievable copy bandwidth, one launch;
+    an im2col conv ("convs": "im2col") also writes and reads its column matrix."""
     how = target.extra.get("library_calls")
     if not how:
         return None
     flops, nbytes = op_cost(op, graph)
     t = graph.tensors
     out = t[op.outputs[0]]
-    size = itemsize(out.dtype)
     if op.kind == "conv" and how.get("convs") == "im2col":
         x, w = t[op.inputs[0]], t[op.inputs[1]]
-        nbytes += 2 * x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(out.shape[2:]) * size
+        nbytes += 2 * x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(out.shape[2:]) * itemsize(out.dtype)
     bandwidth = target.dram_bandwidth * target.timing.copy_efficiency
     peak = target.ridge_point(t[op.inputs[0]].dtype) * target.dram_bandwidth
-    call = max(flops / peak, nbytes / bandwidth) + target.launch_latency_s
-    return call + 2 * out.size * size / bandwidth + target.launch_latency_s
+    return max(flops / peak, nbytes / bandwidth) + target.launch_latency_s
 
 
 def partition(graph: BasicGraph, target: Target, give_back: dict[str, str] | None = None) -> Partition:

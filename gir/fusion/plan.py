@@ -161,9 +161,14 @@ def _back_to_library(result: Plan, target: Target) -> dict[str, str]:
 def _time_checks(result: Plan) -> list[tuple[set, float, float]]:
     """(lowered ops judged together, their GIR kernels' modelled seconds, their library calls'),
     per group of lowered ops that share kernels."""
-    lowered = {d.op: d for d in result.partition.decisions if not d.library and d.library_s}
-    if not lowered:
-        return []
+    lowered = {d.op: d.library_s for d in result.partition.decisions if not d.library and d.library_s}
+    return [(ops, sum(k.estimate.seconds for k in kernels), sum(lowered[n] for n in ops))
+            for ops, kernels in lowered_groups(result, lowered)]
+
+
+def lowered_groups(result: Plan, lowered) -> list[tuple[set, list]]:
+    """(ops of `lowered` judged together, the kernels of `result` that hold any of them): ops that
+    share a kernel are one group. Also scripts/bench_gpu.py's, which times both sides on a GPU."""
     joined = nx.Graph()
     holding = []  # (kernel, the lowered ops it holds)
     for k in result.kernels:
@@ -172,11 +177,7 @@ def _time_checks(result: Plan) -> list[tuple[set, float, float]]:
             holding.append((k, mine))
             joined.add_nodes_from(mine)
             joined.add_edges_from(zip(mine, mine[1:]))
-    out = []
-    for ops in nx.connected_components(joined):
-        gir_s = sum(k.estimate.seconds for k, mine in holding if ops & set(mine))
-        out.append((ops, gir_s, sum(lowered[n].library_s for n in ops)))
-    return out
+    return [(ops, [k for k, mine in holding if ops & set(mine)]) for ops in nx.connected_components(joined)]
 
 
 def _time_check_words(ops: set, gir_s: float, library_s: float) -> str:
