@@ -20,7 +20,7 @@ from gir.ir import get_target
 
 FIXED_US = range(2, 31)                                       # fixed cost per call, us
 EFFICIENCIES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.8, 1.0)  # of the dtype's peak
-MARGINS = (0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+MARGINS = (0.75, 1.0, 1.25, 1.35, 1.5, 2.0, 3.0)
 
 
 def predict(call: dict, fixed_s: float, efficiency: float, peak: float, bandwidth: float) -> float:

@@ -51,7 +51,7 @@ def table(rows: list[dict], target: str, limit: int) -> str:
               f"(`limit={limit}`); kept: the one `plan` returns, the lower modelled GIR + library time. Library calls "
               "us: `Decision.library_s` summed over the library ops, the call plus writing and reading its output "
               "once (so the epilogue's round trip is counted on the library side). Modelled by gir/fusion/perf.py and "
-              "partition.library_seconds; not measured. Some reasons:", ""]
+              "partition.library_seconds (on the CUDA presets with the cost of a call fitted to the calls an H100 ran, results/bench_gpu_run6.md); these plans were not timed. Some reasons:", ""]
     for r in rows:
         for n, why in r["reasons"].items():
             lines.append(f"- {r['model']} `{n}`: {why}")

@@ -81,11 +81,15 @@ def library_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | N
 
 def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
     """Modelled time of the library call alone (None: the target has no library model): FLOPs
-    at the dtype's peak (the ridge point's), bytes at the achievable copy bandwidth, one launch;
-    an im2col conv ("convs": "im2col") also writes and reads its column matrix."""
+    at the dtype's peak (the ridge point's) times the library's `flop_efficiency` for the op's
+    kind, or bytes at the achievable copy bandwidth, whichever is longer, plus a fixed `call_s`
+    per call (a launch where the target has not measured one); an im2col conv ("convs":
+    "im2col") also writes and reads its column matrix."""
     how = target.extra.get("library_calls")
     if not how:
         return None
+    fixed = how.get("call_s", {}).get(op.kind, target.launch_latency_s)
+    efficiency = how.get("flop_efficiency", {}).get(op.kind, 1.0)
     flops, nbytes = op_cost(op, graph)
     t = graph.tensors
     out = t[op.outputs[0]]
@@ -93,8 +97,8 @@ def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> floa
         x, w = t[op.inputs[0]], t[op.inputs[1]]
         nbytes += 2 * x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(out.shape[2:]) * itemsize(out.dtype)
     bandwidth = target.dram_bandwidth * target.timing.copy_efficiency
-    peak = target.ridge_point(t[op.inputs[0]].dtype) * target.dram_bandwidth
-    return max(flops / peak, nbytes / bandwidth) + target.launch_latency_s
+    peak = efficiency * target.ridge_point(t[op.inputs[0]].dtype) * target.dram_bandwidth
+    return max(flops / peak, nbytes / bandwidth) + fixed
 
 
 def partition(graph: BasicGraph, target: Target, give_back: dict[str, str] | None = None) -> Partition:

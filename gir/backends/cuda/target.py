@@ -22,8 +22,9 @@ largest per-block allocation.
 
 Library epilogues: a bias, a residual and a ReLU after a library matmul run in its cuBLASLt
 call (blas.CUBLASLT_EPILOGUES: what cuBLASLt applies, in its order). Library calls: matmuls in
-cuBLASLt, convolutions in cuDNN without an im2col matrix (`library_calls`, which the partition's
-time check reads; without cuDNN installed the runtime falls back to im2col, not modelled).
+cuBLASLt, convolutions in cuDNN without an im2col matrix (`library_calls`, fitted to measured
+calls below, which the partition's time check reads; without cuDNN installed the runtime falls
+back to im2col, not modelled).
 """
 from dataclasses import replace
 
@@ -31,7 +32,20 @@ from gir.ir.target import GPU_LAUNCH_S, Timing, gpu_target
 
 from ..blas import CUBLASLT_EPILOGUES
 
-CUDA_CALLS = {"convs": "direct"}
+# How the device runtime runs a library op (gir/fusion/partition.py `library_call_seconds`):
+# matmuls in cuBLASLt, convolutions in cuDNN without an im2col matrix. The cost of a call is
+# fitted to the 360 library calls of the seven zoo models timed alone on an H100 80GB HBM3
+# (results/bench_gpu_run6.md, scripts/fit_library_calls.py; rms log error 0.12 for matmuls and
+# 0.48 for convs, against 1.20 and 1.68 for a 2 us launch and the full peak): a fixed cost per
+# call (the smallest calls took 6.3 us in cuDNN, 7.8 us in cuBLASLt) and a fraction of the
+# dtype's peak (cuBLASLt's fp32 GEMMs of 0.6-0.9 GFLOP ran at 21-23 of 67 TFLOP/s). Half-precision
+# calls were not timed and take the same fractions; the A100 is assumed alike (not measured).
+# The margin of the partition's time check (gir/fusion/plan.py `library_margin`): with calls
+# fitted, an op goes back when its GIR kernels model slower at all; replayed over the 92 groups
+# that run measured, margin 1 chose 1,887 us against 1,826 us best and 1,908 us as the unfitted
+# model chose at margin 3.
+CUDA_CALLS = {"convs": "direct", "call_s": {"matmul": 9e-6, "conv": 12e-6},
+              "flop_efficiency": {"matmul": 0.40, "conv": 0.35}, "margin": 1.0}
 # Shared memory a kernel may declare statically (`__shared__` arrays, what the emitter writes);
 # more needs dynamic shared memory and an opt-in attribute, which GIR does not emit (CUDA C++
 # Programming Guide, "Shared Memory": 48 KB static). The validator keeps plans within it.
