@@ -21,10 +21,11 @@ LIBRARY_RUNS = 30  # per distinct library call; each run is one call after a flu
 
 
 def _signature(op: BasicOp, graph) -> tuple:
-    """Calls with the same signature run the same library plan: timed once."""
+    """Calls with the same signature run the same library plan: timed once. What an epilogue
+    absorbed is named by op (attrs["absorbed"]); the steps it runs are in attrs["epilogue"]."""
     t = graph.tensors
     return (op.kind, tuple(tuple(t[n].shape) for n in op.inputs), tuple(t[op.outputs[0]].shape),
-            t[op.outputs[0]].dtype, repr(sorted(op.attrs.items())))
+            t[op.outputs[0]].dtype, repr(sorted((k, v) for k, v in op.attrs.items() if k != "absorbed")))
 
 
 def library_times(gpu, session) -> list[dict]:

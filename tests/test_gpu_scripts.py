@@ -139,3 +139,23 @@ def test_bench_gpu_times_both_sides_of_the_time_check(monkeypatch, tmp_path):
     assert row["library_call_s"] == call["seconds"]
     text = check.report([{"model": "conv_relu", "gpu": got}], bench.markdown_table)
     assert "| conv_relu | `conv` | 1 | conv | conv |" in text and "| conv_relu | `conv` | 1 | 1 |" in text
+
+
+def test_library_calls_of_one_shape_are_timed_once():
+    """BERT's twelve query projections run one cuBLASLt plan: one timing, whatever ops each
+    call's epilogue absorbed (named per layer), but a different epilogue is another call."""
+    from types import SimpleNamespace
+
+    from gir.frontend.basic import BasicOp
+    check = _script("time_check_gpu")
+    t = {n: SimpleNamespace(shape=s, dtype="float32") for n, s in
+         (("x", (128, 768)), ("w", (768, 768)), ("b", (768,)), ("y", (128, 768)), ("z", (128, 768)))}
+    graph = SimpleNamespace(tensors=t)
+
+    def matmul(name, out, epilogue, absorbed):
+        return BasicOp(name, "matmul", ["x", "w", "b"], [out], {"bias": True, "epilogue": epilogue,
+                                                                "absorbed": absorbed}, name)
+    q0 = matmul("l0/q", "y", (), (("bias", ("l0/q/add",)),))
+    q1 = matmul("l1/q", "z", (), (("bias", ("l1/q/add",)),))
+    relu = matmul("l1/fc", "z", (("relu", 0.0, 0.0),), (("bias", ("l1/fc/add",)),))
+    assert check._signature(q0, graph) == check._signature(q1, graph) != check._signature(relu, graph)
