@@ -159,3 +159,21 @@ def test_library_calls_of_one_shape_are_timed_once():
     q1 = matmul("l1/q", "z", (), (("bias", ("l1/q/add",)),))
     relu = matmul("l1/fc", "z", (("relu", 0.0, 0.0),), (("bias", ("l1/fc/add",)),))
     assert check._signature(q0, graph) == check._signature(q1, graph) != check._signature(relu, graph)
+
+
+def test_a_model_file_planned_elsewhere_is_read_back_whole(monkeypatch, tmp_path):
+    """`bench_gpu.py --plan-only --model-dir`: sessions opened from a model file leave whole
+    entries in the session cache, which a session on the GPU machine, opened from another file
+    of the same bytes, reads back without planning."""
+    from test_library_by_time import _conv_relu
+
+    bench_gpu = _script("bench_gpu")
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))
+    model = _conv_relu(size=32)
+    path = bench_gpu.saved(model, "conv_relu", str(tmp_path / "here"))
+    assert bench_gpu.plan_only(path, "h100", 1) == 1
+    assert len(list((tmp_path / "cache" / "session").glob("*.pkl"))) == 2  # the time check's plan, the ridge rule's
+    elsewhere = bench_gpu.saved(model, "conv_relu", str(tmp_path / "there"))  # the GPU machine's copy
+    assert bench_gpu.open_session(elsewhere, "h100", 1, engine="interpreter").cached
+    with bench_gpu.ridge_rule_alone():
+        assert bench_gpu.open_session(elsewhere, "h100", 1, engine="interpreter").cached
