@@ -14,14 +14,18 @@ from pathlib import Path
 
 import models
 from gir.frontend import load
+from gir.fusion import excess
 from gir.fusion.excess import REASONS, summary
 from gir.fusion.plan import plan
 from gir.ir import get_target
 
 COLUMNS = ("model", "target", "library ops", "subgraphs", "kernels", "one-kernel-per-op MB", "GIR MB",
            "bound MB", "GIR/bound", "modelled ms", "load s", "plan s")
-SHORT = dict(zip(REASONS, ("device sync", "no common structure", "cycle", "other grouping modelled slower",
-                           "grouping order", "standalone copy", "input re-read", "below bound")))
+SHORT = {excess.DEVICE_SYNC: "device sync", excess.NO_STRUCTURE: "no common structure", excess.CYCLE: "cycle",
+         excess.SLOWER: "other grouping modelled slower", excess.ORDER: "grouping order",
+         excess.GROUP_LIMIT: "group size limit", excess.COPY: "standalone copy", excess.REREAD: "input re-read",
+         excess.BELOW: "below bound"}
+assert set(SHORT) == set(REASONS), "a reason gir/fusion/excess.py gives has no column name here"
 
 
 def measure(name: str, target: str, limit: int, model=None) -> dict:
