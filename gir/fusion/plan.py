@@ -138,7 +138,7 @@ def modelled_seconds(p: Plan) -> float:
 # there the call is FLOPs at the peak and bytes at the copy bandwidth, which put the calls an H100
 # ran at a median 0.27x of their measured time (results/bench_gpu_run6.md), so a kernel must model
 # at 3x before the library is taken to be faster. The CUDA presets fit their calls and use 1
-# (gir/backends/cuda/target.py).
+# (their `library_calls`).
 LIBRARY_MARGIN = 3.0
 
 
