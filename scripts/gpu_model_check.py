@@ -44,12 +44,18 @@ def modelled_steps(name: str, target: str, limit: int) -> dict:
             for s in p.steps if getattr(s, "estimate", None) is not None}
 
 
-def compare(measured: dict) -> dict:
+def compare(measured: dict, as_planned: bool = False) -> dict:
+    """`as_planned`: each kernel's modelled time as the benchmark's session planned it (bench_gpu.py
+    stores it since run 6), not re-planned: the model of the tree that was measured."""
     options = measured["options"]
     rows = []
     for m in measured["models"]:
         kernels = m.get("gpu", {}).get("kernels")
         if not kernels:
+            continue
+        if as_planned:
+            rows += [{"model": m["model"], "kernel": k["kernel"], "measured_s": k["seconds"],
+                      "modelled_s": k["modelled_s"], "bound": "-", "bytes": k["bytes"]} for k in kernels]
             continue
         print(f"[{m['model']}] planning for {options['target']}", file=sys.stderr, flush=True)
         steps = modelled_steps(m["model"], options["target"], options["limit"])
@@ -64,7 +70,7 @@ def compare(measured: dict) -> dict:
             rows.append({"model": m["model"], "kernel": k["kernel"], "measured_s": k["seconds"],
                          "modelled_s": seconds, "bound": bound, "bytes": dram})
     return {"device": measured["gpu"]["device"], "copy_bytes_per_s": measured["gpu"]["copy_bytes_per_s"],
-            "options": options, "rows": rows}
+            "options": options, "rows": rows, "as_planned": as_planned}
 
 
 def agreement(rows: list[dict]) -> tuple[float, float, float]:
@@ -94,7 +100,9 @@ def report(result: dict, command: str) -> str:
         f"Command: `{command}`. Measured: CUDA events per fused kernel from scripts/bench_gpu.py "
         f"(device-to-device copy {result['copy_bytes_per_s'] / 1e9:.0f} GB/s there); modelled: "
         f"gir/fusion/perf.py's `estimate` of the same kernel on {result['options']['target']} "
-        f"(limit {result['options']['limit']}), re-planned here. {unmatched} measured kernels had no "
+        f"(limit {result['options']['limit']}), "
+        f"{'as the measured session planned it' if result.get('as_planned') else 're-planned here'}. "
+        f"{unmatched} measured kernels had no "
         "step of the same name and launch shapes in the re-planned model (left out); where the "
         "measured JSON has no launch shapes (bench_gpu.py before they were stored), a kernel the model "
         "would now give another structure is compared with the structure that was measured.\n",
@@ -109,9 +117,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measured", default="results/bench_gpu.json", help="scripts/bench_gpu.py's JSON")
     ap.add_argument("--out", default="results/gpu_model_check", help="writes OUT.json and OUT.md")
+    ap.add_argument("--as-planned", action="store_true",
+                    help="the modelled times the JSON stores (the measured tree's model), not a re-plan")
     args = ap.parse_args(argv)
     with open(args.measured) as f:
-        result = compare(json.load(f))
+        result = compare(json.load(f), args.as_planned)
     command = "PYTHONPATH=.:scripts python3 scripts/gpu_model_check.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = report(result, command.strip())
     with open(args.out + ".json", "w") as f:

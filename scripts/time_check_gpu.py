@@ -13,9 +13,8 @@ timed events.
 from __future__ import annotations
 
 from gir.frontend.basic import BasicOp
-from gir.fusion.partition import library_call_seconds
+from gir.fusion.partition import library_call_seconds, round_trip_seconds
 from gir.fusion.plan import lowered_groups
-from gir.ir.dtypes import itemsize
 
 LIBRARY_RUNS = 30  # per distinct library call; each run is one call after a flush and a spin
 
@@ -49,12 +48,9 @@ def library_times(gpu, session) -> list[dict]:
             continue
         seconds = gpu.median_seconds(lambda i, program=program: engine.enqueue(program), LIBRARY_RUNS, stream,
                                      before=gpu.flush_l2)
-        out = g.tensors[op.outputs[0]]
         by_signature[key] = row = {
             "ops": [name], "kind": op.kind, "calls": [c[0] for c in program], "seconds": seconds,
-            "modelled_call_s": library_call_seconds(op, g, target),
-            "round_trip_s": 2 * out.size * itemsize(out.dtype) / (target.dram_bandwidth * target.timing.copy_efficiency)
-                            + target.launch_latency_s,
+            "modelled_call_s": library_call_seconds(op, g, target), "round_trip_s": round_trip_seconds(op, g, target),
             "flops": d.flops if d else None, "bytes": d.bytes if d else None,
             "given_back": bool(d and d.given_back), "epilogue": d.epilogue if d else ""}
         rows.append(row)

@@ -177,3 +177,15 @@ def test_a_model_file_planned_elsewhere_is_read_back_whole(monkeypatch, tmp_path
     assert bench_gpu.open_session(elsewhere, "h100", 1, engine="interpreter").cached
     with bench_gpu.ridge_rule_alone():
         assert bench_gpu.open_session(elsewhere, "h100", 1, engine="interpreter").cached
+
+
+def test_model_check_as_planned_takes_the_stored_modelled_times():
+    """`gpu_model_check.py --as-planned`: the modelled time each measured kernel was planned with
+    (bench_gpu.py stores it), no re-plan, so the model of the tree that ran is the one judged."""
+    check = _script("gpu_model_check")
+    kernels = [{"kernel": "a", "seconds": 2e-5, "modelled_s": 1e-5, "bytes": 10**6},
+               {"kernel": "b", "seconds": 3e-5, "modelled_s": 4e-5, "bytes": 2 * 10**6}]
+    measured = {"options": {"target": "cuda:sm_90", "limit": 2}, "gpu": {"device": "test", "copy_bytes_per_s": 1e12},
+                "models": [{"model": "any", "gpu": {"kernels": kernels}}]}
+    rows = check.compare(measured, as_planned=True)["rows"]
+    assert [(r["kernel"], r["modelled_s"], r["measured_s"]) for r in rows] == [("a", 1e-5, 2e-5), ("b", 4e-5, 3e-5)]

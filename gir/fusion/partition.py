@@ -72,11 +72,15 @@ def library_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | N
     epilogue a fused GIR kernel would have kept in registers), or None where the target does not
     describe its library calls."""
     call = library_call_seconds(op, graph, target)
-    if call is None:
-        return None
+    return None if call is None else call + round_trip_seconds(op, graph, target)
+
+
+def round_trip_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float:
+    """Writing `op`'s output and reading it back once at copy bandwidth, plus the launch of the
+    kernel that reads it: what a library call costs beyond itself where GIR would have fused."""
     out = graph.tensors[op.outputs[0]]
-    bandwidth = target.dram_bandwidth * target.timing.copy_efficiency
-    return call + 2 * out.size * itemsize(out.dtype) / bandwidth + target.launch_latency_s
+    return 2 * out.size * itemsize(out.dtype) / (target.dram_bandwidth * target.timing.copy_efficiency) \
+        + target.launch_latency_s
 
 
 def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
