@@ -38,13 +38,14 @@ def _per_unit_sources():
 SOURCES = _per_unit_sources()
 INTERIOR = [pytest.param(c, cand, id=f"interior-{c}-{cand.label}") for c, cand, src in SOURCES if "} else {" in src][:16]
 FUSED = [pytest.param(c, cand, id=f"fused-{c}-{cand.label}") for c, cand, src in SOURCES if "__k = 0;" in src][:16]
+ROWS = [pytest.param(c, cand, id=f"rows-{c}-{cand.label}") for c, cand, src in SOURCES if "const int k = k_o*" in src][:16]
 
 
 def test_both_forms_are_exercised_by_many_templates():
-    assert len(INTERIOR) >= 8 and len(FUSED) >= 8, (len(INTERIOR), len(FUSED))
+    assert len(INTERIOR) >= 8 and len(FUSED) >= 8 and len(ROWS) >= 8, (len(INTERIOR), len(FUSED), len(ROWS))
 
 
-@pytest.mark.parametrize("case,cand", INTERIOR + FUSED)
+@pytest.mark.parametrize("case,cand", INTERIOR + FUSED + ROWS)
 def test_interior_split_and_fused_loops_match_the_interpreter(case, cand):
     op, ts = template_cases()[case]
     feeds = seeded_feeds(op, ts, case)

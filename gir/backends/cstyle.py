@@ -42,6 +42,7 @@ from gir.ir.vector_access import vector_width
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
 from .loop_fusion import fuse_element_loops
+from .loop_split import split_row_loops
 
 MAX_RUNS = 16  # longest per-lane select chain (or shuffles per element) before other means
 COMPARE = {"eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">="}
@@ -1251,6 +1252,7 @@ class LoopedLanes:
     fuse_loops = True  # False: one loop per gOperator (an A/B baseline)
     split_interior = True  # False: masks tested in every unit (an A/B baseline)
     inline_products = True  # False: a reduction's product in an array of its own (an A/B baseline)
+    split_rows = True  # False: element loops indexed by row left flat (an A/B baseline)
 
     def kernel_body(self, k) -> list[str]:
         """A kernel with slices masked by bounds that depend on the unit runs twice as code:
@@ -1278,8 +1280,13 @@ class LoopedLanes:
         return [*prefix, f"if ({and_c(conds)}) {{", *["  " + ln for ln in fast], "} else {", *["  " + ln for ln in slow], "}"]
 
     def _fused(self, lines: list[str], declared: list[str] = ()) -> list[str]:
-        """`declared`: lines before `lines` that declare register arrays (their types)."""
-        return fuse_element_loops(lines, self.simd_pragma, declared) if self.fuse_loops and self.simd_pragma else lines
+        """Element loops fused (loop_fusion.py), then split into rows where they index by
+        row (loop_split.py). `declared`: lines before `lines` that declare register arrays."""
+        if not self.simd_pragma:
+            return lines
+        if self.fuse_loops:
+            lines = fuse_element_loops(lines, self.simd_pragma, declared)
+        return split_row_loops(lines, self.simd_pragma) if self.split_rows else lines
 
     def interior_conditions(self, op) -> list[str]:
         """C conditions under which none of `op`'s unit-dependent slice bounds can fail (a
