@@ -39,6 +39,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
 from fuzz_graphs import random_model  # noqa: E402
 
 FAILING = ("internal", "timeout", "signal", "mismatch")
@@ -265,7 +266,9 @@ def _limits(memory_bytes: int):
 
 def run_limited(cmd: list[str], timeout: float, memory_bytes: int, cwd: str) -> tuple[str, int, str]:
     """(outcome, exit code, last line of output); the whole process group is killed on timeout."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", GIR_CACHE_DIR=os.path.join(cwd, ".cache"))
+    # the case runs in its own folder: this checkout's gir first, installed or not
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", GIR_CACHE_DIR=os.path.join(cwd, ".cache"), PYTHONPATH=path)
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             preexec_fn=_limits(memory_bytes))
     try:
