@@ -45,7 +45,10 @@ def wide_vector_flags(cpu_flags: str, accepts=None) -> tuple[str, ...]:
     softmax over rows of 197 a little slower). The width alone is not enough: gcc still copied
     a row into its stack array in 256-bit moves (move-max), and reading it back in 512-bit
     loads missed store forwarding (perf annotate on BERT's softmax kernel, which ran slower
-    than in 256-bit code); hence all three or none (gcc 11 and clang lack -mmove-max)."""
+    than in 256-bit code); hence all three or none (gcc 11 and clang lack -mmove-max).
+    On a Cascade Lake guest (the Skylake-SP family whose clock drop gcc's default guards
+    against) the same A/B still favours 512 bits: RedNet-50 2.00x, EfficientNet-B0 1.79x, BERT
+    1.35x, ShuffleNet-v2 1.26x, ViT 1.15x, GPT-2 0.99x (results/wide_vectors_ab_cascadelake.md)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or " avx512f " not in f" {cpu_flags} ":
         return ()
     return WIDE_VECTOR_FLAGS if (accepts or compiler_accepts)(WIDE_VECTOR_FLAGS) else ()
