@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -26,13 +27,30 @@ import perf_model_rank as rank  # noqa: E402  (the same space, candidates and es
 
 from gir.frontend import load  # noqa: E402
 from gir.ir import get_target  # noqa: E402
+from gir.ir.target import DRAM, Timing  # noqa: E402
 
 
 def stored_target(result: dict):
-    """The target the run ranked on: the local CPU, or the GPU preset it names (`--target
-    cuda:sm_90` runs store the preset's name, H100)."""
-    name = (result.get("target") or {}).get("name", "CPU")
-    return get_target("cpu" if name == "CPU" else name.lower())
+    """The target the run ranked on: the local CPU with the figures the run stored (its
+    calibration: runs before 2026-11-27 stored none and take this machine's), or the GPU
+    preset it names (`--target cuda:sm_90` runs store the preset's name, H100)."""
+    facts = result.get("target") or {}
+    name = facts.get("name", "CPU")
+    if name != "CPU":
+        return get_target(name.lower())
+    base = get_target("cpu")
+    if "timing" not in facts:
+        return base
+    timing = dict(facts["timing"], op_cost=tuple(tuple(pair) for pair in facts["timing"]["op_cost"]))
+    memory = tuple(replace(m, bandwidth_bytes_per_s=facts["dram_bandwidth_GBps"] * 1e9) if m.name == DRAM else m
+                   for m in base.memory)
+    return replace(base, timing=Timing(**timing), memory=memory, processors=facts["processors"],
+                   launch_latency_s=facts["launch_latency_us"] * 1e-6)
+
+
+def calibration_note(result: dict) -> str:
+    facts = result.get("target") or {}
+    return "" if facts.get("name", "CPU") != "CPU" or "timing" in facts else " (stored no calibration: this machine's)"
 
 
 def rescore(result: dict) -> dict:
@@ -65,7 +83,8 @@ def rescore(result: dict) -> dict:
     return {"subgraph": kind, "rows": len(rows), "missing": missing,
             "tau": rank.kendall_tau_b(modelled, measured), "stored_tau": result["agreement"]["kendall_tau_b"],
             "noise": result["agreement"]["tau_measurement_halves"],
-            "pick_slowdown": measured[pick] / min(measured), "options": options}
+            "pick_slowdown": measured[pick] / min(measured), "options": options,
+            "calibration": calibration_note(result), "modelled": modelled}
 
 
 def missing_note(fit: dict) -> str:
@@ -84,7 +103,7 @@ def main():
         with open(path) as f:
             fit = rescore(json.load(f))
         fits.append(fit)
-        print(f"| {fit['subgraph']} | {fit['rows']}{missing_note(fit)} "
+        print(f"| {fit['subgraph']}{fit['calibration']} | {fit['rows']}{missing_note(fit)} "
               f"| {fit['stored_tau']:.3f} | {fit['tau']:.3f} | {fit['noise']:.3f} | {fit['pick_slowdown']:.2f}x |")
     if args.options:
         for fit in fits:

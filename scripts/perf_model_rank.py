@@ -50,7 +50,7 @@ import platform
 import random
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -890,10 +890,12 @@ def onnx_outputs(model, feeds: dict) -> dict:
 
 
 def _target_facts(t) -> dict:
+    """The target as ranked, with every timing figure: perf_model_fit.py re-scores a run with
+    the calibration it was measured under, not the one the machine holds later."""
     return {"name": t.name, "processors": t.processors, "lanes_per_unit": t.lanes_per_unit,
             "dram_bandwidth_GBps": t.dram_bandwidth / 1e9, "peak_GFLOPs": t.peak_flops / 1e9,
             "launch_latency_us": t.launch_latency_s * 1e6, "max_units_per_processor": t.max_units_per_processor,
-            "notes": t.notes}
+            "notes": t.notes, "timing": asdict(t.timing)}
 
 
 def cpu_name() -> str:

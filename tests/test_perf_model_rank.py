@@ -23,3 +23,27 @@ def test_small_layernorm_candidates_are_correct_and_ranked(rank):
         assert -1.0 <= a[key] <= 1.0
     assert all(r["model"]["seconds"] > 0 and r["measured"]["median_s"] > 0 for r in result["rows"])
     assert "Kendall tau-b" in rank.note(result, "pytest")
+
+
+def test_a_stored_run_rescores_with_its_own_calibration(rank):
+    """perf_model_fit.py takes the timing figures the run stored, not the machine's later ones:
+    re-scored as stored it reproduces the run's tau-b; with a figure changed, the model moves."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "perf_model_fit.py"
+    spec = importlib.util.spec_from_file_location("perf_model_fit", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+
+    result = json.loads(json.dumps(rank.run("layernorm", shape=(1, 8, 64), count=6, rounds=2, per_round=1), default=str))
+    assert fit.stored_target(result).timing == rank.get_target("cpu").timing
+    again = fit.rescore(result)
+    assert again["calibration"] == "" and again["tau"] == pytest.approx(result["agreement"]["kendall_tau_b"])
+    slower = json.loads(json.dumps(result))
+    slower["target"]["timing"]["unit_bandwidth"] /= 4
+    assert fit.stored_target(slower).timing.unit_bandwidth == result["target"]["timing"]["unit_bandwidth"] / 4
+    assert fit.rescore(slower)["modelled"] != again["modelled"]
+    del slower["target"]["timing"]
+    assert fit.rescore(slower)["calibration"].startswith(" (stored no calibration")
