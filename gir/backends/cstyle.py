@@ -37,7 +37,8 @@ from gir.ir.dtypes import HALF, accumulator, compute
 from gir.ir.expr import Call, Const, Input, evaluate, postorder
 from gir.ir.gops import Elementwise, Gather, Move, Reduce, Sync, reduce_identity
 from gir.ir.slices import Slice
-from gir.ir.streams import COLUMN_GROUP, buffer_users, column_reduction, column_step, row_streams, runs_stream
+from gir.ir.streams import (COLUMN_GROUP, buffer_users, column_reduction, column_step, loaded_as_product, row_streams,
+                             runs_stream)
 from gir.ir.vector_access import vector_width
 
 from .kernels import GATHER_FLAG, EmitError, Kernel
@@ -1253,6 +1254,7 @@ class LoopedLanes:
     split_interior = True  # False: masks tested in every unit (an A/B baseline)
     inline_products = True  # False: a reduction's product in an array of its own (an A/B baseline)
     split_rows = True  # False: element loops indexed by row left flat (an A/B baseline)
+    inline_loads = True  # False: a reduction of a plain DRAM load reads a stack copy (an A/B baseline)
 
     def kernel_body(self, k) -> list[str]:
         """A kernel with slices masked by bounds that depend on the unit runs twice as code:
@@ -1411,10 +1413,16 @@ class LoopedLanes:
             if not isinstance(r, Reduce) or not self._in_registers(r.src):
                 continue
             (e, *more) = writers.get(r.src.buffer, [None])
+            reader = e  # who reads the loads: the product, or the reduction itself (a plain load)
+            if not more and readers.get(r.src.buffer) == [r] and self.inline_loads and \
+                    (plain := loaded_as_product(r, e, self.k.buffers)) is not None:
+                e, reader = plain, r
             if (more or not isinstance(e, Elementwise) or readers.get(r.src.buffer) != [r]
                     or not self._same_elements(e.out, r.src) or not all(map(self._plain, (e.out, *e.inputs)))):
                 continue
-            loads = {s.buffer: m for s in e.inputs if (m := self._dram_load_of(s, writers, readers, e)) is not None}
+            loads = {s.buffer: m for s in e.inputs if (m := self._dram_load_of(s, writers, readers, reader)) is not None}
+            if reader is r and not loads:
+                continue
             if not all(runs_stream(m.src, r.group) for m in loads.values()):
                 if not column_reduction(r, list(loads.values())):
                     continue  # a strided load inside the partial sums would be a gather per element

@@ -15,6 +15,7 @@ import numpy as np
 
 from .dtypes import itemsize
 from .gops import Elementwise, Move, Reduce
+from .expr import Input
 from .target import DRAM, REGISTER
 
 MAX_INTERLEAVED_ROWS = 8  # the most outputs of a unit whose reductions the emitter walks side by side
@@ -55,6 +56,18 @@ def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]
     return [(r, e, loads) for r, e, loads in _products(ops, buffers) if all(runs_stream(m.src, r.group) for m in loads)]
 
 
+def loaded_as_product(r, producer, buffers) -> Elementwise | None:
+    """A reduction fed by one plain load from DRAM (a row's sum or max): the load as the
+    identity product over it, which the reduction then reads from DRAM in its own loop like
+    any product's inputs. Copied into a stack array first, a GEMV's 768-float rows summed at
+    4.3 GB/s a thread where the same rows multiplied in the loop streamed at 10 (a 2-core
+    Cascade Lake guest, scripts/perf_model_rank.py --subgraph gemv)."""
+    if (isinstance(producer, Move) and producer.fill is None and buffers[producer.src.buffer].level == DRAM
+            and buffers[producer.dst.buffer].dtype == buffers[producer.src.buffer].dtype):
+        return Elementwise(expr=Input(0), inputs=(producer.dst,), out=producer.dst)
+    return None
+
+
 def _products(ops, buffers):
     """(reduction, the product it alone reads, the DRAM loads that alone fill the product's
     inputs; at least one)."""
@@ -63,6 +76,9 @@ def _products(ops, buffers):
         if not isinstance(r, Reduce) or buffers[r.src.buffer].level != REGISTER:
             continue
         producers = writers.get(r.src.buffer, [])
+        if len(producers) == 1 and readers.get(r.src.buffer) == [r] and (e := loaded_as_product(r, producers[0], buffers)):
+            yield r, e, [producers[0]]
+            continue
         if len(producers) != 1 or not isinstance(producers[0], Elementwise) or readers.get(r.src.buffer) != [r]:
             continue
         e, loads = producers[0], []
