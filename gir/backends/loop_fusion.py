@@ -41,7 +41,7 @@ class _Loop:
         return writes, every
 
 
-def _loop_at(lines: list[str], i: int, pragma: str) -> _Loop | None:
+def element_loop_at(lines: list[str], i: int, pragma: str) -> _Loop | None:
     """The pragma-marked element loop starting at line i, or None."""
     if i + 1 >= len(lines) or lines[i].strip() != pragma:
         return None
@@ -102,13 +102,13 @@ def fuse_element_loops(lines: list[str], pragma: str, declared: list[str] = ()) 
 
 def _run_at(lines: list[str], i: int, pragma: str) -> list[_Loop]:
     """The loops from line i on that fuse pairwise in order (only comments between them)."""
-    loop = _loop_at(lines, i, pragma)
+    loop = element_loop_at(lines, i, pragma)
     run = [loop] if loop else []
     while run:
         k = run[-1].end + 1
         while k < len(lines) and lines[k].strip().startswith("//"):
             k += 1
-        nxt = _loop_at(lines, k, pragma)
+        nxt = element_loop_at(lines, k, pragma)
         together = _Loop(run[0].start, run[-1].end, run[0].count, run[0].indent, [ln for lp in run for ln in lp.body])
         if nxt is None or not _can_fuse(together, nxt):
             break

@@ -11,15 +11,17 @@ unit: 290-450 us flat, 124 us split (gcc 12, -O3 -march=native, 512-bit vectors)
 With k = k_o*D + k_i (0 <= k_i < D): k / (m*D) = k_o / m and k % (m*D) = (k_o % m)*D + k_i, so
 every rewritten index is exact; an index with another divisor keeps `k`, which the split loop
 still defines. It works on the emitted lines in the form cstyle.py writes them (the SIMD pragma,
-`for (int k = 0; k < N; ++k) {`, the body one indent deeper), as loop_fusion.py does.
+`for (int k = 0; k < N; ++k) {`, the body one indent deeper), found as loop_fusion.py finds
+them (a loop whose indices are themselves accesses, a gather, is left alone).
 """
 from __future__ import annotations
 
 import re
 
+from .loop_fusion import element_loop_at
+
 MIN_ROW = 16  # shortest row worth a loop of its own: one 512-bit vector of floats
 
-_HEADER = re.compile(r"^(\s*)for \(int k = 0; k < (\d+); \+\+k\) \{$")
 _DIV = re.compile(r"\(k / (\d+)\)")
 _MOD = re.compile(r"\(k % (\d+)\)")
 
@@ -29,31 +31,14 @@ def split_row_loops(lines: list[str], pragma: str) -> list[str]:
     (D >= MIN_ROW, dividing the loop's count) written as rows of the smallest such D."""
     out, i = [], 0
     while i < len(lines):
-        loop = _loop_at(lines, i, pragma)
+        loop = element_loop_at(lines, i, pragma)
         if loop is None:
             out.append(lines[i])
             i += 1
             continue
-        end, indent, count, body = loop
-        out += _split(indent, count, body, pragma) or lines[i:end + 1]
-        i = end + 1
+        out += _split(loop.indent, loop.count, loop.body, pragma) or lines[i:loop.end + 1]
+        i = loop.end + 1
     return out
-
-
-def _loop_at(lines: list[str], i: int, pragma: str):
-    """(closing line, indent, count, body) of the pragma-marked element loop at line i."""
-    if i + 1 >= len(lines) or lines[i].strip() != pragma:
-        return None
-    m = _HEADER.match(lines[i + 1])
-    if not m or lines[i] != m.group(1) + pragma:
-        return None
-    indent = m.group(1)
-    for j in range(i + 2, len(lines)):
-        if lines[j] == indent + "}":
-            return j, indent, int(m.group(2)), lines[i + 2:j]
-        if lines[j].strip() and not lines[j].startswith(indent + " "):
-            return None
-    return None
 
 
 def row_length(count: int, body: list[str]) -> int | None:
