@@ -8,8 +8,9 @@ measurement.
     python scripts/perf_model_fit.py results/perf_model_rank.json results/perf_model_rank_*.json [--options]
 
 --options also lists, per distinct kernel sequence option (a group of ops on one structure),
-its median measured time over the candidates that contain it against its modelled time: where
-the model is off, term by term.
+its median measured time over the candidates that contain it against its modelled time in the
+same candidates (after the kernels before it, as it was measured) and alone: where the model
+is off, term by term.
 """
 from __future__ import annotations
 
@@ -63,18 +64,20 @@ def rescore(result: dict) -> dict:
     space = rank.Space(graph, target) if kind in rank.CHAINS else rank.plan_space(graph, target)
     by_desc = {" | ".join(space.describe(o) for o in seq): seq
                for seq in rank.select(space, result["drawn"], result.get("seed", 0))}
-    rows, missing, options = [], 0, defaultdict(lambda: {"measured": [], "model": None})
+    rows, missing = [], 0
+    options = defaultdict(lambda: {"measured": [], "in_context": [], "model": None})
     for row in result["rows"]:
         seq = by_desc.get(row["candidate"])
         if seq is None:
             missing += 1
             continue
         rows.append(row | {"model": rank.model_estimate(space, seq)})
-        for o, stored in zip(seq, row.get("options", [])):
+        for o, stored, e in zip(seq, row.get("options", []), rank.sequence_estimates(space, seq)):
             if "median_s" not in stored:  # GPU runs time whole candidates only
                 continue
             entry = options[space.describe(o)]
             entry["measured"].append(stored["median_s"])
+            entry["in_context"].append(e)  # as measured: after the kernels before it in its candidate
             if entry["model"] is None:
                 entry["model"] = rank.option_estimate(space, o)
     modelled = [r["model"]["seconds"] for r in rows]
@@ -107,12 +110,15 @@ def main():
               f"| {fit['stored_tau']:.3f} | {fit['tau']:.3f} | {fit['noise']:.3f} | {fit['pick_slowdown']:.2f}x |")
     if args.options:
         for fit in fits:
-            print(f"\n{fit['subgraph']}: measured us, modelled us (dram, latency, compute, launch), option")
+            print(f"\n{fit['subgraph']}: measured us and modelled us in the same candidates (medians; modelled terms "
+                  f"dram, latency, compute, launch), modelled alone, option")
             for name, o in sorted(fit["options"].items(), key=lambda kv: np.median(kv[1]["measured"])):
-                e, m = o["model"], np.median(o["measured"]) * 1e6
+                m = np.median(o["measured"]) * 1e6
+                ranked = sorted(o["in_context"], key=lambda e: e.seconds)
+                e = ranked[len(ranked) // 2]  # the median context's estimate, with its terms
                 p = {k: v * 1e6 for k, v in e.parts.items()}
                 print(f"{m:9.1f} {e.seconds * 1e6:9.1f} ({p['dram']:.1f}, {p['latency']:.1f}, {p['compute']:.1f}, "
-                      f"{p['launch']:.1f}) {name}")
+                      f"{p['launch']:.1f}) {o['model'].seconds * 1e6:9.1f} {name}")
 
 
 if __name__ == "__main__":

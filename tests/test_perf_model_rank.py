@@ -41,6 +41,8 @@ def test_a_stored_run_rescores_with_its_own_calibration(rank):
     assert fit.stored_target(result).timing == rank.get_target("cpu").timing
     again = fit.rescore(result)
     assert again["calibration"] == "" and again["tau"] == pytest.approx(result["agreement"]["kendall_tau_b"])
+    # each option's kernel judged in the candidates it was timed in (after their earlier kernels)
+    assert again["options"] and all(len(o["in_context"]) == len(o["measured"]) > 0 for o in again["options"].values())
     slower = json.loads(json.dumps(result))
     slower["target"]["timing"]["unit_bandwidth"] /= 4
     assert fit.stored_target(slower).timing.unit_bandwidth == result["target"]["timing"]["unit_bandwidth"] / 4
