@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 from datetime import date
 from functools import partial
 from pathlib import Path
@@ -59,6 +60,14 @@ def baseline_session(model, baseline: str = "forms"):
             setattr(owner, name, value)
 
 
+def rewritten_kernels(before_s, after_s) -> list[str]:
+    """Kernels whose C differs between the two sessions (none for a baseline that changes the
+    build only): where a speed-up can come from; elsewhere a difference is the machine's noise."""
+    kernels = lambda s: dict(re.findall(r"(?ms)^void (\w+)\((.*?)^}$", s.engine.emitted[0]))  # noqa: E731
+    before = kernels(before_s)
+    return sorted(name for name, body in kernels(after_s).items() if before.get(name) != body)
+
+
 def measure(name: str, repeat: int, copy_bps: float, baseline: str = "forms") -> dict:
     model = models.build(name)
     before_s, after_s = baseline_session(model, baseline), Session(model, target="cpu")
@@ -69,12 +78,14 @@ def measure(name: str, repeat: int, copy_bps: float, baseline: str = "forms") ->
             for r in profile(session, feeds, repeat):
                 if r.kind == "kernel" and (r.name not in rows or r.seconds < rows[r.name].seconds):
                     rows[r.name] = r
+    rewritten = rewritten_kernels(before_s, after_s)
     share = lambda r: 100 * r.gbps * 1e9 / copy_bps  # noqa: E731
     big = [k for k in after if k in before and after[k].dram_bytes >= 1 << 20]
     shares = sorted(share(after[k]) for k in big)
     changed = sorted((k for k in after if k in before), key=lambda k: before[k].seconds - after[k].seconds, reverse=True)
     return {"model": name, "before_ms": 1e3 * sum(r.seconds for r in before.values()),
             "after_ms": 1e3 * sum(r.seconds for r in after.values()), "kernels": len(after), "kernels_1mb": len(big),
+            "rewritten": rewritten,
             "lowest_share_before": min((share(before[k]) for k in big), default=None),
             "lowest_share_after": shares[0] if shares else None,
             "median_share_before": sorted(share(before[k]) for k in big)[len(big) // 2] if big else None,
@@ -107,14 +118,14 @@ def main():
     lines = [f"# CPU kernels: {what}\n",
              f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
              f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "
-             f"scripts/loop_forms_ab.py --repeat {args.repeat} --baseline {args.baseline}`. Copy bandwidth (C loop, built like the kernels): "
+             f"scripts/loop_forms_ab.py --repeat {args.repeat} --baseline {args.baseline} --models {' '.join(args.models)}`. Copy bandwidth (C loop, built like the kernels): "
              f"{copy_bps / 1e9:.1f} GB/s. Same plan both ways; each kernel timed alone, median of {args.repeat}, "
              f"the two sessions profiled in turn {ROUNDS} times and each kernel's fastest median kept. "
              "Shares are of kernels moving 1 MB or more.\n",
-             "| model | GIR kernels | before ms | after ms | speed-up | median % of copy before | after | lowest % before | after |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | GIR kernels | of which C differs | before ms | after ms | speed-up | median % of copy before | after | lowest % before | after |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        lines.append(f"| {r['model']} | {r['kernels']} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
+        lines.append(f"| {r['model']} | {r['kernels']} | {len(r['rewritten'])} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
                      f"{r['before_ms'] / r['after_ms']:.2f}x | {fmt(r['median_share_before'])} | {fmt(r['median_share_after'])} | "
                      f"{fmt(r['lowest_share_before'])} | {fmt(r['lowest_share_after'])} |")
     lines.append("\nLargest gains and losses per model (ms before -> after, MB):\n")

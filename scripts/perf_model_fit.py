@@ -71,8 +71,9 @@ def rescore(result: dict) -> dict:
         if seq is None:
             missing += 1
             continue
-        rows.append(row | {"model": rank.model_estimate(space, seq)})
-        for o, stored, e in zip(seq, row.get("options", []), rank.sequence_estimates(space, seq)):
+        ests = rank.sequence_estimates(space, seq)
+        rows.append(row | {"model": rank.summed(ests)})
+        for o, stored, e in zip(seq, row.get("options", []), ests):
             if "median_s" not in stored:  # GPU runs time whole candidates only
                 continue
             entry = options[space.describe(o)]

@@ -276,7 +276,11 @@ def select(space: Space, count: int, seed: int) -> list[tuple[Option, ...]]:
 def model_estimate(space: Space, seq) -> dict:
     """Modelled seconds of a sequence (the sum over its graphs, each in the context the ones
     before it leave: gir.fusion.perf.sequence) and of each term."""
-    ests = sequence_estimates(space, seq)
+    return summed(sequence_estimates(space, seq))
+
+
+def summed(ests: list) -> dict:
+    """A sequence's estimate from its kernels' (`sequence_estimates`), term by term."""
     out = {p: sum(e.parts[p] for e in ests) for p in PARTS}
     return out | {"seconds": sum(e.seconds for e in ests), "dram_bytes": sum(e.dram_bytes for e in ests),
                   "kernels": sum(e.kernels for e in ests), "bound": "+".join(e.bound for e in ests)}

@@ -1414,8 +1414,7 @@ class LoopedLanes:
                 continue
             (e, *more) = writers.get(r.src.buffer, [None])
             reader = e  # who reads the loads: the product, or the reduction itself (a plain load)
-            if not more and readers.get(r.src.buffer) == [r] and self.inline_loads and \
-                    (plain := loaded_as_product(r, e, self.k.buffers)) is not None:
+            if self.inline_loads and (plain := loaded_as_product(e, self.k.buffers)) is not None:
                 e, reader = plain, r
             if (more or not isinstance(e, Elementwise) or readers.get(r.src.buffer) != [r]
                     or not self._same_elements(e.out, r.src) or not all(map(self._plain, (e.out, *e.inputs)))):

@@ -79,8 +79,12 @@ def round_trip_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float:
     """Writing `op`'s output and reading it back once at copy bandwidth, plus the launch of the
     kernel that reads it: what a library call costs beyond itself where GIR would have fused."""
     out = graph.tensors[op.outputs[0]]
-    return 2 * out.size * itemsize(out.dtype) / (target.dram_bandwidth * target.timing.copy_efficiency) \
-        + target.launch_latency_s
+    return 2 * out.size * itemsize(out.dtype) / _copy_bandwidth(target) + target.launch_latency_s
+
+
+def _copy_bandwidth(target: Target) -> float:
+    """What a copy through DRAM achieves: the nominal bandwidth at the target's copy efficiency."""
+    return target.dram_bandwidth * target.timing.copy_efficiency
 
 
 def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
@@ -100,9 +104,8 @@ def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> floa
     if op.kind == "conv" and how.get("convs") == "im2col":
         x, w = t[op.inputs[0]], t[op.inputs[1]]
         nbytes += 2 * x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(out.shape[2:]) * itemsize(out.dtype)
-    bandwidth = target.dram_bandwidth * target.timing.copy_efficiency
     peak = efficiency * target.ridge_point(t[op.inputs[0]].dtype) * target.dram_bandwidth
-    return max(flops / peak, nbytes / bandwidth) + fixed
+    return max(flops / peak, nbytes / _copy_bandwidth(target)) + fixed
 
 
 def partition(graph: BasicGraph, target: Target, give_back: dict[str, str] | None = None) -> Partition:

@@ -56,7 +56,7 @@ def inlined_products(ops, buffers) -> list[tuple[Reduce, Elementwise, list[Move]
     return [(r, e, loads) for r, e, loads in _products(ops, buffers) if all(runs_stream(m.src, r.group) for m in loads)]
 
 
-def loaded_as_product(r, producer, buffers) -> Elementwise | None:
+def loaded_as_product(producer, buffers) -> Elementwise | None:
     """A reduction fed by one plain load from DRAM (a row's sum or max): the load as the
     identity product over it, which the reduction then reads from DRAM in its own loop like
     any product's inputs. Copied into a stack array first, a GEMV's 768-float rows summed at
@@ -76,10 +76,12 @@ def _products(ops, buffers):
         if not isinstance(r, Reduce) or buffers[r.src.buffer].level != REGISTER:
             continue
         producers = writers.get(r.src.buffer, [])
-        if len(producers) == 1 and readers.get(r.src.buffer) == [r] and (e := loaded_as_product(r, producers[0], buffers)):
-            yield r, e, [producers[0]]
+        if len(producers) != 1 or readers.get(r.src.buffer) != [r]:
             continue
-        if len(producers) != 1 or not isinstance(producers[0], Elementwise) or readers.get(r.src.buffer) != [r]:
+        if (plain := loaded_as_product(producers[0], buffers)) is not None:
+            yield r, plain, [producers[0]]
+            continue
+        if not isinstance(producers[0], Elementwise):
             continue
         e, loads = producers[0], []
         for s in e.inputs:
