@@ -4,6 +4,7 @@ hang) for barrier misuse and bad arguments."""
 from __future__ import annotations
 
 import faulthandler
+import os
 
 import numpy as np
 import pytest
@@ -203,3 +204,24 @@ def test_the_harness_builds_first_in_a_fresh_process(tmp_path):
     env = os.environ | {"GIR_CACHE_DIR": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and "built" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="counts Linux memory mappings")
+def test_a_launch_gives_back_its_fiber_stacks():
+    """Fiber stacks with their guard pages are two kernel mappings per fiber; kept after a launch
+    in every loaded library, they reached Linux's 65,530-mapping limit within one test file, and
+    the suite then failed to map libraries and numpy arrays (CI of stop 53)."""
+    from gir.backends.harness.runner import build
+    src = 'extern "C" __global__ void fill(float* y) { y[blockIdx.x * blockDim.x + threadIdx.x] = 2.0f; }'
+    build(src, "fill")  # loaded before counting: a library's own mappings stay while it is loaded
+    y = np.zeros(4 * 1024, np.float32)
+    run_kernel(src, "fill", (1,), (32,), [y[:32]])  # starts the OpenMP threads (their stacks stay)
+    before = _mappings()
+    run_kernel(src, "fill", (4,), (1024,), [y])
+    np.testing.assert_array_equal(y, 2.0)
+    assert _mappings() - before < 64  # held, 1024 fibers on each OS thread were 2,048 mappings each
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)

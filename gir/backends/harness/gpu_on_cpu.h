@@ -143,14 +143,23 @@ __attribute__((noinline)) inline void resume(Fiber* f) {
   setcontext(&T.boot);
 }
 
+// Each guard page splits the stacks' mapping, so a thread holding n fibers holds 2n kernel
+// mappings; kept after a launch, they added up across the loaded libraries (one copy of T per
+// library and OS thread) to Linux's 65,530-mapping limit within one test file. A launch frees
+// them at its end.
+inline void release_capacity() {
+  if (T.stacks) munmap(T.stacks, T.stack_sz * T.cap);
+  delete[] T.f;
+  delete[] T.w;
+  T.stacks = nullptr, T.f = nullptr, T.w = nullptr, T.cap = 0;
+}
+
 inline bool ensure_capacity(int n) {
   if (!T.have_tmpl) getcontext(&T.tmpl), T.have_tmpl = true;
   if (n <= T.cap) return true;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t sz = ((GPUCPU_STACK_BYTES + page - 1) / page + 1) * page;  // + a guard page
-  if (T.stacks) munmap(T.stacks, T.stack_sz * T.cap);
-  delete[] T.f;
-  delete[] T.w;
+  release_capacity();
   void* m = mmap(nullptr, sz * n, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return T.cap = 0, T.stacks = nullptr, T.f = nullptr, T.w = nullptr, false;
@@ -284,9 +293,13 @@ inline int launch(Body body, void** args, const unsigned* d, unsigned long long 
   g_body = body, g_args = args, g_failed = 0, g_err.clear();
   if (shmem > GPUCPU_DYN_SMEM_MAX) set_error("dynamic shared memory request exceeds GPUCPU_DYN_SMEM_MAX");
   long nb = long(g_grid.x) * g_grid.y * g_grid.z;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (long b = 0; b < nb; ++b)
-    if (!g_failed.load(std::memory_order_relaxed)) run_block(b);
+#pragma omp parallel
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (long b = 0; b < nb; ++b)
+      if (!g_failed.load(std::memory_order_relaxed)) run_block(b);
+    release_capacity();
+  }
   return g_failed.load();
 }
 
