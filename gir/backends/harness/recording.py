@@ -6,10 +6,9 @@ every call recorded, so CI checks what the device runtime would do on a GPU (tes
   (launch argument, GEMM operand, copy) must lie inside one live allocation.
 - Kernel launches run the emitted CUDA/HIP source on the CPU harness (gpu_on_cpu.h): the
   module is built once as one library with an entry per kernel, called on the stand-in's
-  memory directly; after each launch the fiber stacks are released, since every fiber stack
-  is two memory mappings and a process may hold 65,530 (a few dozen libraries of
-  1024-thread blocks would exhaust them). Guard bytes around each allocation catch writes
-  past it.
+  memory directly (a launch frees its fiber stacks at its end, as every harness launch does:
+  each stack is two memory mappings of the 65,530 a process may hold). Guard bytes around
+  each allocation catch writes past it.
 - GEMMs run through blas.reference_gemm: numpy over the same column-major, leading-dimension
   and batch-stride conventions as cuBLAS, so argument-order and layout mistakes fail; with
   cuBLASLt's epilogue (bias per row of D, C read apart from D, then ReLU/GELU), whose kinds the
@@ -47,7 +46,7 @@ _KERNEL = re.compile(r'extern "C" __global__ void\s+(?:__launch_bounds__\([\d,\s
 
 def _module_unit(source: str, names: list[str]) -> str:
     """The module's source, storage for its dynamic shared arrays, and per kernel a launch and
-    a signature entry; gpucpu_release frees every OpenMP thread's fiber stacks."""
+    a signature entry (a launch frees its fiber stacks itself: gpu_on_cpu.h)."""
     defs = {n: t for t, n in runner._EXTERN_SHARED.findall(source) + runner._HIP_DYN_SHARED.findall(source)}
     out = ['#line 1 "module.cu"', source, '#line 1 "gpucpu_module_wrapper.cpp"']
     out += [f"thread_local __attribute__((aligned(16))) {t} {n}[GPUCPU_DYN_SMEM_MAX / sizeof({t})];" for n, t in defs.items()]
@@ -57,11 +56,6 @@ def _module_unit(source: str, names: list[str]) -> str:
         out.append(f'extern "C" GPUCPU_API int gpucpu_signature_{name}(int* out, int max) '
                    f"{{ return ::gpucpu::signature({name}, out, max); }}")
     out.append('extern "C" GPUCPU_API const char* gpucpu_error() { return ::gpucpu::g_err.c_str(); }')
-    out.append('extern "C" GPUCPU_API void gpucpu_release() {\n#pragma omp parallel\n  {\n'
-               "    ::gpucpu::Block& T = ::gpucpu::T;\n"
-               "    if (T.stacks) munmap(T.stacks, T.stack_sz * T.cap);\n"
-               "    delete[] T.f; delete[] T.w;\n"
-               "    T.stacks = nullptr; T.f = nullptr; T.w = nullptr; T.cap = 0;\n  }\n}")
     return "\n".join(out) + "\n"
 
 
@@ -71,9 +65,7 @@ def _bind(lib) -> None:
 
 def module_library(source: str, dialect: str) -> ctypes.CDLL:
     names = _KERNEL.findall(source)
-    flags = [*runner.FLAGS, f"-DGPUCPU_WARP_SIZE={runner.WARP[dialect]}", f"-I{runner.INCLUDE}", "-include",
-             str(runner.HEADER)]
-    return cached_library(f"{runner._toolchain_id()}\0{dialect}\0module", runner.CXX, flags,
+    return cached_library(f"{runner._toolchain_id()}\0{dialect}\0module", runner.CXX, runner.build_flags(dialect),
                           _module_unit(source, names), ".cpp", f"a module of {len(names)} kernels ({dialect}, "
                           f"CPU harness)", "the CPU (g++)", _bind)
 
@@ -234,7 +226,6 @@ class RecordingLauncher(Launcher):
         with runner._lock:
             rc = fn(slots, dims, shared_bytes)
             err = lib.gpucpu_error().decode() if rc else ""
-            lib.gpucpu_release()
         if rc:
             raise (runner.DeadlockError if err.startswith("deadlock") else runner.HarnessError)(f"kernel {name}: {err}")
         self._check_guards(f"kernel {name}")

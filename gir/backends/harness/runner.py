@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..native_cache import cached_library
+from .precompiled import include_flags
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "gpu_on_cpu.h"
@@ -79,9 +80,14 @@ def build(source: str, kernel_name: str, dialect: str = "cuda") -> ctypes.CDLL:
     if not re.fullmatch(r"[A-Za-z_][\w:<>, ]*", kernel_name):
         raise ValueError(f"not a kernel name: {kernel_name!r}")
     tu = _translation_unit(source, kernel_name, dialect)
-    flags = [*FLAGS, f"-DGPUCPU_WARP_SIZE={WARP[dialect]}", f"-I{INCLUDE}", "-include", str(HEADER)]
-    return cached_library(f"{_toolchain_id()}\0{dialect}", CXX, flags, tu, ".cpp",
+    return cached_library(f"{_toolchain_id()}\0{dialect}", CXX, build_flags(dialect), tu, ".cpp",
                           f"kernel {kernel_name!r} ({dialect} source, CPU harness)", "the CPU (g++)", _bind)
+
+
+def build_flags(dialect: str) -> list[str]:
+    """g++'s flags for a kernel library of `dialect`, the harness header precompiled."""
+    flags = [*FLAGS, f"-DGPUCPU_WARP_SIZE={WARP[dialect]}", f"-I{INCLUDE}"]
+    return [*flags, *include_flags(CXX, flags, HEADER, _toolchain_id())]
 
 
 def _bind(lib: ctypes.CDLL) -> None:
