@@ -470,7 +470,7 @@ def cmd_calibrate(args) -> int:
         return EXIT_OK
     say = (lambda *_: None) if args.quiet else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     if not args.quiet:
-        print("calibrating the cpu target (copy bandwidth, launch cost, issue rate; about 10 s)", file=sys.stderr)
+        print("calibrating the cpu target (copy bandwidth, launch cost, issue rate, library calls; about 15 s)", file=sys.stderr)
     cal = measure(progress=say)
     path = save(cal)
     print(f"calibrated {cal.cpu}: copy {cal.copy_bandwidth / 1e9:.1f} GB/s with {cal.threads} threads, "

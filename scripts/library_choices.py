@@ -4,7 +4,7 @@ epilogue as post-ops or apart), and what it picked.
 
     PYTHONPATH=. python3 scripts/library_choices.py MODEL.onnx [--ops NAME ...] [--out results/library_choices]
 
-Each choice is made with `onednn._prepare` and timed with `onednn._timed` (zeroed operands,
+Each choice is made with `onednn._prepare` and timed with `onednn.timed` (zeroed operands,
 fastest of 5 runs after one, best of 3) with the pool awake; a choice oneDNN refuses is listed
 with its reason. Prints a Markdown table per op (fastest first); --out also writes OUT.md.
 """
@@ -35,7 +35,7 @@ def table(session: Session, names: list[str] | None) -> str:
             if isinstance(made, str):
                 rows.append((float("inf"), what, made))
                 continue
-            us = min(onednn._timed(made, call, g.tensors, repeat=5) for _ in range(3)) * 1e6
+            us = min(onednn.timed(made, call, g.tensors, repeat=5) for _ in range(3)) * 1e6
             rows.append((us, what, made.impl))
         shapes = " ".join(str(tuple(g.tensors[n].shape)) for n in call.inputs[:2])
         out.append(f"### {call.name} {shapes}\n\nchosen: {engine.library_ops[call.name]}\n\n| us | choice | oneDNN kernel |\n|---|---|---|")

@@ -126,10 +126,10 @@ def test_a_choice_that_forks_the_pool_is_timed_with_the_pool_asleep(monkeypatch)
     monkeypatch.setattr(onednn, "library", lambda: TwoThreads())
     sleeps = []
     monkeypatch.setattr(onednn, "_let_pool_sleep", lambda: sleeps.append(1))
-    onednn._timed(made[1], op, tensors, repeat=2, asleep=True)
-    onednn._timed(made[0], op, tensors, repeat=2, asleep=False)
+    onednn.timed(made[1], op, tensors, repeat=2, asleep=True)
+    onednn.timed(made[0], op, tensors, repeat=2, asleep=False)
     assert sleeps == []
-    onednn._timed(made[0], op, tensors, repeat=2, asleep=True)
+    onednn.timed(made[0], op, tensors, repeat=2, asleep=True)
     assert len(sleeps) == 3  # before the warm-up and before each timed run
 
 
@@ -370,7 +370,7 @@ def test_a_blocked_conv_hands_its_output_to_the_next_in_its_own_layout(monkeypat
     second reads it there (no reorder to NCHW and back), only where nothing else reads it.
     The timing of choices is made to prefer the blocked, fused ones, so the test does not
     depend on which the machine finds faster."""
-    monkeypatch.setattr(onednn, "_timed", lambda made, op, tensors, repeat=2, asleep=False: 0.0 if made.blocked and not made.separate else 1.0)
+    monkeypatch.setattr(onednn, "timed", lambda made, op, tensors, repeat=2, asleep=False: 0.0 if made.blocked and not made.separate else 1.0)
     model = _conv_chain(tail_readers)
     x = np.random.default_rng(10).standard_normal((1, 16, 24, 24)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})

@@ -2,8 +2,10 @@
 model their library calls (`Target.extra["library_calls"]`), a matmul or conv below the ridge
 point goes back to the library when its lowered GIR kernels model at more than the target's
 margin (`library_margin`) x the library call plus a round trip of its output, and the decision
-says so. Targets without a
-library model (the CPU) keep the ridge rule alone."""
+says so. Targets without a library model (the CPU before `gir calibrate` has timed oneDNN's
+calls on it) keep the ridge rule alone; a calibrated CPU checks as the GPUs do."""
+from types import SimpleNamespace
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -110,6 +112,75 @@ def test_cuda_library_calls_take_the_cost_fitted_to_measured_calls():
     assert library_call_seconds(conv, g, mi) == pytest.approx(mi.launch_latency_s + max(flops / peak, im2col))
     assert library_margin(h100) == 1.0 and library_margin(mi) == LIBRARY_MARGIN == 3.0
     assert library_margin(get_target("cpu")) == LIBRARY_MARGIN  # no library model: never consulted
+
+
+# oneDNN's calls as `gir calibrate` stored them on a 2-core Cascade Lake guest (session 34)
+CALIBRATED_CALLS = {"convs": "direct", "call_s": {"conv": 11.9e-6, "matmul": 11.1e-6},
+                    "flop_efficiency": {"conv": 1.10, "matmul": 1.45}, "channel_block": 16, "margin": 1.0}
+
+
+def _calibrated_cpu(tmp_path, monkeypatch, library_calls):
+    """The CPU target after a calibration with these library calls, stored in a cache of its own."""
+    from gir.backends.cpu import calibration
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))
+    calibration.save(calibration.Calibration(
+        cpu="test", threads=2, copy_bandwidth=18e9, unit_bandwidth=10e9, launch_s=5e-6, issue_per_s=4e9,
+        dependent_cycles=2.0, measured_at="test", library_calls=library_calls))
+    return get_target("cpu")
+
+
+def test_a_calibrated_cpu_gives_a_slow_lowered_conv_back_to_onednn(tmp_path, monkeypatch):
+    """SAR-DRN's last layer, a 3x3 conv from 64 channels to one (4.4 FLOP/B, below the ridge):
+    lowered, its GIR kernel took 57.7 ms on a 2-core Cascade Lake guest (modelled 13-18 ms). With
+    oneDNN's calls timed by `gir calibrate` the time check gives it back, and the plan still
+    computes the model; without them the ridge rule alone keeps it in GIR."""
+    model = _conv_relu(channels_in=64, channels_out=1, size=96)
+    cpu = _calibrated_cpu(tmp_path, monkeypatch, CALIBRATED_CALLS)
+    assert cpu.extra["library_calls"] == CALIBRATED_CALLS and library_margin(cpu) == 1.0
+    p = plan(load(model), cpu, limit=1)
+    d = _decision(p, "conv")
+    assert d.given_back and d.library and d.intensity < cpu.ridge_point()
+    assert "but its GIR kernels model at" in d.reason
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 64, 96, 96)).astype(np.float32)}
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    (got,) = execute(p, feeds).values()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    nominal = _calibrated_cpu(tmp_path / "none", monkeypatch, None)
+    assert "library_calls" not in nominal.extra
+    assert not _decision(plan(load(model), nominal, limit=1), "conv").library
+
+
+def test_a_dense_conv_to_few_channels_costs_whole_channel_blocks(tmp_path, monkeypatch):
+    """oneDNN computes a dense conv's output channels in blocks of 16 on AVX-512: the call to one
+    channel is modelled at 16x its FLOPs (it ran at 16x within 1.4x, gir calibrate's probe); to
+    64 channels, and a depthwise conv, at their own."""
+    from dataclasses import replace
+    cpu = _calibrated_cpu(tmp_path, monkeypatch, CALIBRATED_CALLS)
+    unblocked = replace(cpu, extra={"library_calls": {**CALIBRATED_CALLS, "channel_block": 1}})
+    fixed = CALIBRATED_CALLS["call_s"]["conv"]
+    for out, ratio in ((1, 16), (64, 1)):
+        g = load(_conv_relu(channels_in=64, channels_out=out, size=64))
+        (conv,) = [op for op in g.ops if op.kind == "conv"]
+        flops, _ = op_cost(conv, g)
+        assert library_call_seconds(conv, g, cpu) - fixed == pytest.approx(
+            ratio * flops / (1.10 * cpu.peak_matrix_flops))
+        assert library_call_seconds(conv, g, unblocked) - fixed == pytest.approx(
+            max(flops / (1.10 * cpu.peak_matrix_flops), op_cost(conv, g)[1] / cpu.dram_bandwidth))
+    from gir.fusion.partition import padded_channels
+    depthwise = SimpleNamespace(kind="conv", inputs=["x", "w"], attrs={"group": 64})
+    assert padded_channels(depthwise, SimpleNamespace(tensors={"w": SimpleNamespace(shape=(64, 1, 3, 3))}), 16) == 1.0
+
+
+@pytest.mark.skipif(__import__("gir.runtime.onednn", fromlist=["x"]).library() is None, reason="needs oneDNN")
+def test_calibration_times_onednns_calls():
+    from gir.backends.cpu import library_calls
+    lines = []
+    calls = library_calls.measure(96e9, 18e9, lines.append)
+    assert len(lines) == 3 and all(line.startswith("library ") for line in lines)
+    assert calls["byte_efficiency"]["grouped_conv"] > 0
+    assert set(calls["call_s"]) == set(calls["flop_efficiency"]) == {"conv", "matmul"}
+    assert all(0 < s < 1e-2 for s in calls["call_s"].values()) and all(e > 0 for e in calls["flop_efficiency"].values())
+    assert calls["channel_block"] in (4, 8, 16) and calls["margin"] == 1.0
 
 
 def _attention(heads=12, seq=197, dim=64):

@@ -90,22 +90,59 @@ def _copy_bandwidth(target: Target) -> float:
 def library_call_seconds(op: BasicOp, graph: BasicGraph, target: Target) -> float | None:
     """Modelled time of the library call alone (None: the target has no library model): FLOPs
     at the dtype's peak (the ridge point's) times the library's `flop_efficiency` for the op's
-    kind, or bytes at the achievable copy bandwidth, whichever is longer, plus a fixed `call_s`
-    per call (a launch where the target has not measured one); an im2col conv ("convs":
-    "im2col") also writes and reads its column matrix."""
+    kind (a dense conv's output channels rounded up to the library's `channel_block`), or bytes at
+    the achievable copy bandwidth times the kind's `byte_efficiency` (1 where not measured),
+    whichever is longer, plus a fixed `call_s` per call (a launch where the target has not
+    measured one); grouped convs take their own figures where the target has them (`GROUPED`);
+    an im2col conv ("convs": "im2col") also writes and reads its column matrix."""
     how = target.extra.get("library_calls")
     if not how:
         return None
-    fixed = how.get("call_s", {}).get(op.kind, target.launch_latency_s)
-    efficiency = how.get("flop_efficiency", {}).get(op.kind, 1.0)
+    fixed = _figure(how, "call_s", op, target.launch_latency_s)
+    efficiency = _figure(how, "flop_efficiency", op, 1.0)
+    byte_share = _figure(how, "byte_efficiency", op, 1.0)
     flops, nbytes = op_cost(op, graph)
     t = graph.tensors
+    flops *= padded_channels(op, graph, how.get("channel_block", 1))
     out = t[op.outputs[0]]
     if op.kind == "conv" and how.get("convs") == "im2col":
         x, w = t[op.inputs[0]], t[op.inputs[1]]
         nbytes += 2 * x.shape[0] * x.shape[1] * prod(w.shape[2:]) * prod(out.shape[2:]) * itemsize(out.dtype)
     peak = efficiency * target.ridge_point(t[op.inputs[0]].dtype) * target.dram_bandwidth
-    return max(flops / peak, nbytes / _copy_bandwidth(target)) + fixed
+    return max(flops / peak, nbytes / (byte_share * _copy_bandwidth(target))) + fixed
+
+
+def without_library_model(target: Target) -> Target:
+    """`target` with the ridge rule alone (no `library_calls`, so no time check): for probes and
+    experiments that time GIR's own kernels for ops a calibrated CPU would give to oneDNN."""
+    from dataclasses import replace
+    if "library_calls" not in target.extra:
+        return target
+    return replace(target, extra={k: v for k, v in target.extra.items() if k != "library_calls"})
+
+
+GROUPED = "grouped_conv"  # a `library_calls` figure's key for convs of more than one group
+
+
+def _figure(how: dict, figure: str, op: BasicOp, default: float) -> float:
+    """`how[figure]` for the op's kind: a grouped conv's own entry where the target measured one
+    (oneDNN's depthwise convs ran at 10-20% of the copy bandwidth, its dense convs compute-bound),
+    else its kind's."""
+    table = how.get(figure, {})
+    if op.kind == "conv" and op.attrs.get("group", 1) != 1 and GROUPED in table:
+        return table[GROUPED]
+    return table.get(op.kind, default)
+
+
+def padded_channels(op: BasicOp, graph: BasicGraph, block: int) -> float:
+    """How many times its own FLOPs a dense conv costs a library that computes output channels in
+    blocks of `block` (oneDNN's blocked layouts: 16 fp32 channels on AVX-512): SAR-DRN's conv to
+    one channel ran 16x its FLOPs (gir/backends/cpu/library_calls.py). Grouped and depthwise convs
+    block over groups instead, and matmuls over their own tiles: 1."""
+    if op.kind != "conv" or block <= 1 or op.attrs.get("group", 1) != 1:
+        return 1.0
+    m = graph.tensors[op.inputs[1]].shape[0]
+    return -(-m // block) * block / m
 
 
 def partition(graph: BasicGraph, target: Target, give_back: dict[str, str] | None = None) -> Partition:

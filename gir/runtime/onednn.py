@@ -211,8 +211,8 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
     graph's constant tensors (weights reordered from them now). `choice`: (blocked, threads[, separate]) as
     chosen before (a session read back from the cache), or None to choose now; the primitive's
     own is `.choice`. `pool_asleep`: the op runs after one-thread work, so a choice that forks
-    the pool wakes it (`_timed`).
-    Every choice an op has is made and run on zeros (`_timed`), and the fastest kept:
+    the pool wakes it (`timed`).
+    Every choice an op has is made and run on zeros (`timed`), and the fastest kept:
     - blocked (convs): activations reordered into oneDNN's own layout and back at each run
       (True), read and written in place as NCHW (False), or for a 1x1 conv a matmul (MATMUL,
       `pointwise`). Neither wins everywhere. On 2 AMD
@@ -242,7 +242,7 @@ def prepare(op: BasicOp, tensors: dict, constants: dict, choice: tuple | None = 
         return ok[0] if ok else made[0]
     # an epilogue apart must win by more than timing noise: fused, a blocked op can also hand
     # its output to the next op in its own layout (the CPU engine's hand-offs), apart it cannot
-    return min(ok, key=lambda m: _timed(m, op, tensors, asleep=pool_asleep) * (APART_MARGIN if m.separate else 1.0))
+    return min(ok, key=lambda m: timed(m, op, tensors, asleep=pool_asleep) * (APART_MARGIN if m.separate else 1.0))
 
 
 MATMUL = "matmul"  # a conv's layout choice: a 1x1 conv as a matmul, W @ X per image, all plain
@@ -289,7 +289,7 @@ def _macs(op: BasicOp, tensors: dict) -> int:
     return y.size * (a.shape[-1] if a.shape else 1)
 
 
-def _timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2, asleep: bool = False) -> float:
+def timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2, asleep: bool = False) -> float:
     """Fastest of `repeat` runs (after one) on zeroed operands. `asleep`: the op runs after
     one-thread work (a one-thread kernel or op before it in the run), so a choice that forks the
     pool is timed with the pool asleep, as it will find it. Timed back to back it found the pool

@@ -15,7 +15,9 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - op costs: unit-instructions per element of each math op in GIR's own kernels (a libm call
     per element, or the prelude's vectorised polynomial);
   - stream gain: GIR's GEMV kernel on one thread, eight rows side by side over a row at a time
-    (gir/ir/streams.py).
+    (gir/ir/streams.py);
+  - library calls: oneDNN's convs and matmuls on a few shapes, a fixed cost per call and a share
+    of the peak (library_calls.py), for the partition's time check.
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
 CPU model and flags (`host_cpu`) and the kernels' build flags, so a cache folder shared between
 machines never hands one machine another's figures, nor a build figures measured with another
@@ -115,6 +117,8 @@ class Calibration:
     stream_gain: float = 0.0          # one thread's GEMV rate, eight rows side by side over one (gir/ir/streams.py)
     # since session 27
     hot_unit_bandwidth: float = 0.0   # bytes/s, read + write, one thread, arrays in its core's own cache (L2)
+    # since session 34
+    library_calls: dict | None = None  # the target's `library_calls`: oneDNN's calls timed (library_calls.py)
 
     @property
     def timing(self) -> Timing:
@@ -226,11 +230,14 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     progress(f"GEMV, 1 thread, eight rows side by side: {gain:.2f}x a row at a time")
     costs = _op_costs(repeats, issue)
     progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
+    from . import library_calls
+    from .target import nominal_peak_flops
+    calls = library_calls.measure(nominal_peak_flops(threads), all_bw, progress)
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,
                        warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain,
-                       hot_unit_bandwidth=hot_one)
+                       hot_unit_bandwidth=hot_one, library_calls=calls)
 
 
 def one_row_gemv_target():

@@ -1,0 +1,122 @@
+"""How this CPU's vendor library runs a call, measured by `gir calibrate`: the CPU target's
+`library_calls` (gir/fusion/partition.py `library_call_seconds`), so that the planner's time
+check gives a lowered conv or matmul back to oneDNN where its GIR kernels model slower.
+
+Why measured: the ridge point alone decides which ops are lowered, from a nominal peak of
+3 GHz x 8 fp32 lanes x 2 per core, which understates an AVX-512 core; and the CPU target had
+no model of a library call at all, so an op lowered at 4.4 FLOP/B against a 5.5 FLOP/B ridge
+stayed in GIR whatever its kernels cost (SAR-DRN's 64 -> 1 output conv: 57.7 ms in GIR on a
+2-core Cascade Lake guest, results/kernel_profile_cpu_cascadelake.md).
+
+The fit has the form the GPU presets use: per kind, a fixed cost per call (the fastest call of
+a probe of a few thousand multiply-adds) and a share of the target's peak FLOP/s (the median,
+over the probes that the model finds compute-bound, of what the call reached after its fixed
+cost). A dense conv counts its output channels rounded up to the blocked layout's channel
+block: oneDNN ran the conv to one channel in 3.7-4.0 ms, 16x its FLOPs at the dense convs' rate
+(brgconv:avx512_core, 2-core Cascade Lake guest). Depthwise convs are bytes-bound: they take a
+share of the copy bandwidth of their own (`byte_efficiency`), measured on three of EfficientNet-
+B0's shapes; oneDNN ran them at 1.7-3.5 GB/s against an 18 GB/s copy there (its blocked layout's
+reorders included), where GIR's fused depthwise kernels were faster. Each probe runs as the CPU engine runs the op: `onednn.prepare` picks the layout and
+thread count by timing, then the fastest of several calls counts.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from gir.frontend.basic import BasicOp, Tensor
+from gir.fusion.partition import GROUPED, padded_channels
+
+# (x shape, weight shape, pad) per conv probe; (a shape, b shape) per matmul probe. The first of
+# each kind is tiny (its time is the fixed cost), the rest span the zoo's shapes: a dense 3x3
+# conv, a 1x1 conv, a conv to one channel (SAR-DRN's last), a square GEMM and a wide one.
+CONV_PROBES = (((1, 8, 8, 8), (8, 8, 1, 1), 0),
+               ((1, 64, 56, 56), (64, 64, 3, 3), 1),
+               ((1, 128, 28, 28), (128, 128, 1, 1), 0),
+               ((1, 64, 128, 128), (1, 64, 3, 3), 1))
+# depthwise convs (channels, size, kernel, stride): EfficientNet-B0's and ShuffleNet-v2's kind
+GROUPED_PROBES = ((32, 112, 3, 1), (144, 56, 5, 2), (240, 28, 5, 1))
+MATMUL_PROBES = (((16, 16), (16, 16)),
+                 ((256, 512), (512, 512)),
+                 ((128, 768), (768, 3072)))
+REPEATS = 5
+BATCHES = 3
+
+
+def measure(peak_flops: float, copy_bandwidth: float, progress=print) -> dict | None:
+    """The `library_calls` figures (None where oneDNN is not installed: numpy runs library ops,
+    and the target keeps no library model)."""
+    from gir.runtime import onednn
+    if onednn.library() is None:
+        progress(f"library calls: not measured ({onednn.unavailable()})")
+        return None
+    call_s, efficiency, byte_share, block = {}, {}, {}, channel_block()
+    for kind, probes in (("conv", [_conv(*p) for p in CONV_PROBES]), ("matmul", [_matmul(*p) for p in MATMUL_PROBES])):
+        timed = [(flops * padded_channels(op, SimpleNamespace(tensors=tensors), block), nbytes, _time(op, tensors))
+                 for op, tensors, flops, nbytes in probes]
+        fixed = timed[0][2]
+        shares = [flops / max(seconds - fixed, 1e-9) / peak_flops for flops, nbytes, seconds in timed[1:]
+                  if flops / peak_flops > nbytes / copy_bandwidth]
+        call_s[kind] = fixed
+        efficiency[kind] = round(float(np.median(shares)), 3) if shares else 1.0
+        progress(f"library {kind}s (oneDNN): {fixed * 1e6:.1f} us a call, then "
+                 + ", ".join(f"{f / 1e6:.0f} MFLOP in {s * 1e3:.2f} ms" for f, _, s in timed[1:])
+                 + f": {efficiency[kind]:.2f} of the {peak_flops / 1e9:.0f} GFLOP/s peak")
+    timed = [(nbytes, _time(op, tensors)) for op, tensors, _, nbytes in (_depthwise(*p) for p in GROUPED_PROBES)]
+    byte_share[GROUPED] = round(float(np.median([b / max(s - call_s["conv"], 1e-9) / copy_bandwidth for b, s in timed])), 3)
+    progress("library depthwise convs (oneDNN): " + ", ".join(f"{b / 1e6:.1f} MB in {s * 1e3:.2f} ms" for b, s in timed)
+             + f": {byte_share[GROUPED]:.2f} of the {copy_bandwidth / 1e9:.1f} GB/s copy")
+    return {"convs": "direct", "call_s": call_s, "flop_efficiency": efficiency, "byte_efficiency": byte_share,
+            "channel_block": block, "margin": 1.0}
+
+
+def channel_block() -> int:
+    """fp32 channels a oneDNN blocked layout holds together on this CPU: 16 with AVX-512
+    (nChw16c), 8 with AVX2 (nChw8c), else 4 (SSE and Arm NEON formats)."""
+    from .compiler import host_cpu
+    flags = set(host_cpu().rsplit(" | ", 1)[-1].split())
+    return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+
+
+def _time(op: BasicOp, tensors: dict) -> float:
+    from gir.runtime import onednn
+    constants = {n: np.zeros(t.size, np.float32) for n, t in tensors.items() if t.value is not None}
+    made = onednn.prepare(op, tensors, constants)
+    if isinstance(made, str):
+        raise RuntimeError(f"oneDNN refused its calibration probe {op.name}: {made}")
+    # the fastest of several batches: on a shared VM other work only ever makes a call slower
+    return min(onednn.timed(made, op, tensors, repeat=REPEATS) for _ in range(BATCHES))
+
+
+def _conv(x_shape, w_shape, pad):
+    n, _, h, w = x_shape
+    y_shape = (n, w_shape[0], h + 2 * pad - w_shape[2] + 1, w + 2 * pad - w_shape[3] + 1)
+    tensors = {"x": Tensor("x", x_shape, "float32"),
+               "w": Tensor("w", w_shape, "float32", np.zeros(w_shape, np.float32)),
+               "y": Tensor("y", y_shape, "float32")}
+    op = BasicOp("calibration conv", "conv", ["x", "w"], ["y"],
+                 {"strides": (1, 1), "pads": (pad,) * 4, "dilations": (1, 1), "group": 1}, "gir calibrate")
+    flops = 2 * int(np.prod(y_shape)) * int(np.prod(w_shape[1:]))
+    return op, tensors, flops, 4 * (int(np.prod(x_shape)) + int(np.prod(w_shape)) + int(np.prod(y_shape)))
+
+
+def _depthwise(channels, size, kernel, stride):
+    pad = kernel // 2
+    out = (size + 2 * pad - kernel) // stride + 1
+    x, w, y = (1, channels, size, size), (channels, 1, kernel, kernel), (1, channels, out, out)
+    tensors = {"x": Tensor("x", x, "float32"), "w": Tensor("w", w, "float32", np.zeros(w, np.float32)),
+               "y": Tensor("y", y, "float32")}
+    op = BasicOp("calibration depthwise conv", "conv", ["x", "w"], ["y"],
+                 {"strides": (stride, stride), "pads": (pad,) * 4, "dilations": (1, 1), "group": channels}, "gir calibrate")
+    return op, tensors, 2 * int(np.prod(y)) * kernel * kernel, 4 * (int(np.prod(x)) + int(np.prod(w)) + int(np.prod(y)))
+
+
+def _matmul(a_shape, b_shape):
+    c_shape = (a_shape[0], b_shape[1])
+    tensors = {"a": Tensor("a", a_shape, "float32"),
+               "b": Tensor("b", b_shape, "float32", np.zeros(b_shape, np.float32)),
+               "c": Tensor("c", c_shape, "float32")}
+    op = BasicOp("calibration matmul", "matmul", ["a", "b"], ["c"], {}, "gir calibrate")
+    flops = 2 * c_shape[0] * c_shape[1] * a_shape[1]
+    return op, tensors, flops, 4 * (int(np.prod(a_shape)) + int(np.prod(b_shape)) + int(np.prod(c_shape)))
