@@ -61,7 +61,8 @@ def test_a_slow_lowered_conv_goes_back_to_the_library_on_the_gpu():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_the_cpu_keeps_the_ridge_rule():
+def test_an_uncalibrated_cpu_keeps_the_ridge_rule(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))  # no calibration there
     p = plan(load(_conv_relu(size=32)), get_target("cpu"), limit=1)
     d = _decision(p, "conv")
     assert not d.library and not d.given_back and d.library_s is None
@@ -83,10 +84,11 @@ def test_a_gemv_near_the_copy_bandwidth_stays_in_gir(target):
     assert (f"within the time check's margin of {library_margin(t):g}x" in d.reason) == (ratio > 1)
 
 
-def test_library_seconds_counts_the_im2col_matrix_where_the_library_needs_one():
+def test_library_seconds_counts_the_im2col_matrix_where_the_library_needs_one(tmp_path, monkeypatch):
     """hipBLAS runs a conv as im2col + GEMM: the column matrix is written and read once more.
     This conv is bytes-bound either way, so the difference is those bytes at copy bandwidth."""
     from dataclasses import replace
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))  # an uncalibrated CPU
     g = load(_conv_relu())
     (conv,) = [op for op in g.ops if op.kind == "conv"]
     mi = get_target("mi250x")
@@ -97,10 +99,11 @@ def test_library_seconds_counts_the_im2col_matrix_where_the_library_needs_one():
     assert library_seconds(conv, g, get_target("cpu")) is None
 
 
-def test_cuda_library_calls_take_the_cost_fitted_to_measured_calls():
+def test_cuda_library_calls_take_the_cost_fitted_to_measured_calls(tmp_path, monkeypatch):
     """The H100's cuBLASLt and cuDNN calls take a fixed cost and a fraction of the peak fitted to
     calls timed on an H100 (results/bench_gpu_run6.md), and the time check weighs them at margin
     1; the MI250X's hipBLAS calls, never timed, keep a launch and the full peak at margin 3."""
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path))  # an uncalibrated CPU
     g = load(_conv_relu(channels_in=64, size=64))  # 0.3 GFLOP over 2.2 MB: bound by FLOPs on the H100
     (conv,) = [op for op in g.ops if op.kind == "conv"]
     flops, nbytes = op_cost(conv, g)
@@ -173,9 +176,9 @@ def test_a_dense_conv_to_few_channels_costs_whole_channel_blocks(tmp_path, monke
 
 @pytest.mark.skipif(__import__("gir.runtime.onednn", fromlist=["x"]).library() is None, reason="needs oneDNN")
 def test_calibration_times_onednns_calls():
-    from gir.backends.cpu import library_calls
+    from gir.runtime import library_calls
     lines = []
-    calls = library_calls.measure(96e9, 18e9, lines.append)
+    calls = library_calls.measure(18e9, lines.append, peak_flops=96e9)
     assert len(lines) == 3 and all(line.startswith("library ") for line in lines)
     assert calls["byte_efficiency"]["grouped_conv"] > 0
     assert set(calls["call_s"]) == set(calls["flop_efficiency"]) == {"conv", "matmul"}

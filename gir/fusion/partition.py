@@ -137,7 +137,7 @@ def _figure(how: dict, figure: str, op: BasicOp, default: float) -> float:
 def padded_channels(op: BasicOp, graph: BasicGraph, block: int) -> float:
     """How many times its own FLOPs a dense conv costs a library that computes output channels in
     blocks of `block` (oneDNN's blocked layouts: 16 fp32 channels on AVX-512): SAR-DRN's conv to
-    one channel ran 16x its FLOPs (gir/backends/cpu/library_calls.py). Grouped and depthwise convs
+    one channel ran 16x its FLOPs (gir/runtime/library_calls.py). Grouped and depthwise convs
     block over groups instead, and matmuls over their own tiles: 1."""
     if op.kind != "conv" or block <= 1 or op.attrs.get("group", 1) != 1:
         return 1.0

@@ -17,7 +17,7 @@ What is measured, each with the same compiler flags as the emitted kernels:
   - stream gain: GIR's GEMV kernel on one thread, eight rows side by side over a row at a time
     (gir/ir/streams.py);
   - library calls: oneDNN's convs and matmuls on a few shapes, a fixed cost per call and a share
-    of the peak (library_calls.py), for the partition's time check.
+    of the peak (gir/runtime/library_calls.py), for the partition's time check.
 The result is stored as JSON in the compile cache ($GIR_CACHE_DIR/calibration/), keyed by the
 CPU model and flags (`host_cpu`) and the kernels' build flags, so a cache folder shared between
 machines never hands one machine another's figures, nor a build figures measured with another
@@ -118,7 +118,7 @@ class Calibration:
     # since session 27
     hot_unit_bandwidth: float = 0.0   # bytes/s, read + write, one thread, arrays in its core's own cache (L2)
     # since session 34
-    library_calls: dict | None = None  # the target's `library_calls`: oneDNN's calls timed (library_calls.py)
+    library_calls: dict | None = None  # the target's `library_calls`: oneDNN's calls timed (gir/runtime/library_calls.py)
 
     @property
     def timing(self) -> Timing:
@@ -182,6 +182,20 @@ def _best_of(fn, repeats: int) -> float:
     return best
 
 
+def copy_bandwidth(nbytes: int, repeats: int) -> float:
+    """Read + write bytes/s of a C copy of `nbytes` over the OpenMP team the kernels get (all
+    threads, or OMP_NUM_THREADS), built with their compiler and flags: `gir run --profile` sets
+    each kernel's GB/s against it."""
+    from gir.backends.cpu.compiler import build
+    lib = build(SOURCE, "calibration")
+    lib.gir_cal_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+    src, dst = np.ones(nbytes // 4, np.float32), np.zeros(nbytes // 4, np.float32)
+    threads = lib.gir_cal_max_threads()
+    run = lambda: lib.gir_cal_copy(dst.ctypes.data, src.ctypes.data, src.size, threads)  # noqa: E731
+    run()  # page faults
+    return 2 * nbytes / _best_of(run, repeats)
+
+
 def measure(repeats: int = 7, progress=print) -> Calibration:
     from gir.backends.cpu.compiler import build, host_cpu
     lib = build(SOURCE, "calibration")
@@ -230,9 +244,8 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     progress(f"GEMV, 1 thread, eight rows side by side: {gain:.2f}x a row at a time")
     costs = _op_costs(repeats, issue)
     progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
-    from . import library_calls
-    from .target import nominal_peak_flops
-    calls = library_calls.measure(nominal_peak_flops(threads), all_bw, progress)
+    from gir.runtime import library_calls
+    calls = library_calls.measure(all_bw, progress)
     return Calibration(cpu=host_cpu().split(" | ")[0], threads=threads, copy_bandwidth=all_bw,
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,

@@ -11,7 +11,6 @@ GIR kernel's measured time stands the time model's (gir/fusion/perf.py, calibrat
 `gir calibrate` where it has run), so the two can be compared kernel by kernel."""
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass
 
@@ -22,16 +21,7 @@ from gir.ir.across_units import form
 from gir.ir.dtypes import np_dtype
 
 from ..kernels import split_kernels
-from ..native_cache import cached_library
-from .compiler import CC, FLAGS, toolchain_version
 
-COPY_SOURCE = r"""
-#include <stddef.h>
-void gir_copy(const float* restrict src, float* restrict dst, long n) {
-  #pragma omp parallel for schedule(static)
-  for (long i = 0; i < n; ++i) dst[i] = src[i];
-}
-"""
 COPY_BYTES = 256 << 20  # per buffer: larger than any LLC of these machines
 
 
@@ -53,15 +43,10 @@ class StepTime:
 
 def copy_bandwidth(repeat: int = 5) -> float:
     """Bytes per second (read + write) of a C copy loop over the engine's OpenMP threads, built
-    with the engine's own compiler and flags: the ceiling a streaming kernel can reach here."""
-    lib = cached_library(toolchain_version(), CC, list(FLAGS), COPY_SOURCE, ".c", "the copy benchmark", f"the CPU ({CC})")
-    fn = lib.gir_copy
-    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long], None
-    src = np.ones(COPY_BYTES // 4, np.float32)
-    dst = np.empty_like(src)
-    fn(src.ctypes.data, dst.ctypes.data, src.size)  # first touch
-    best = min(_timed(lambda: fn(src.ctypes.data, dst.ctypes.data, src.size)) for _ in range(repeat))
-    return 2 * COPY_BYTES / best
+    with the engine's own compiler and flags (`gir calibrate`'s probe): the ceiling a streaming
+    kernel can reach here."""
+    from .calibration import copy_bandwidth as measured
+    return measured(COPY_BYTES, repeat)
 
 
 def profile(session, feeds: dict, repeat: int = 20) -> list[StepTime]:

@@ -98,19 +98,13 @@ def local_cpu() -> Target:
             MemoryLevel(REGISTER, UNIT, 64 * 1024, float("inf")),  # registers + L1 stand-in per thread
             MemoryLevel(DRAM, DEVICE, 1 << 40, dram),
         ),
-        peak_flops=nominal_peak_flops(cores), peak_matrix_flops=nominal_peak_flops(cores),
+        peak_flops=cores * 3e9 * simd * 2, peak_matrix_flops=cores * 3e9 * simd * 2,
         launch_latency_s=launch, max_units_per_processor=1, timing=timing,
         notes=f"measured by gir calibrate on {measured.cpu}" if measured else
               "nominal figures estimated from the core count, not measured",
         # what oneDNN (and the numpy fallback) run after a library op; how oneDNN runs a call, where
-        # `gir calibrate` timed it (library_calls.py): the partition's time check then applies here too
+        # `gir calibrate` timed it (gir/runtime/library_calls.py): the partition's time check then applies here too
         extra={"library_epilogues": EPILOGUES,
                **({"library_calls": measured.library_calls} if measured and measured.library_calls else {})},
     )
 
-
-def nominal_peak_flops(cores: int) -> float:
-    """fp32 FLOP/s of `cores` cores at 3 GHz, 8 SIMD lanes, one FMA (2 FLOPs) per lane and cycle: the
-    ridge point's peak. An AVX-512 core with two FMA ports does more; the measured library calls
-    carry the difference (their `flop_efficiency` may exceed 1)."""
-    return cores * 3e9 * 8 * 2

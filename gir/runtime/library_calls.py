@@ -44,10 +44,14 @@ REPEATS = 5
 BATCHES = 3
 
 
-def measure(peak_flops: float, copy_bandwidth: float, progress=print) -> dict | None:
+def measure(copy_bandwidth: float, progress=print, peak_flops: float | None = None) -> dict | None:
     """The `library_calls` figures (None where oneDNN is not installed: numpy runs library ops,
-    and the target keeps no library model)."""
+    and the target keeps no library model). `peak_flops`: the CPU target's, by default: the
+    nominal 3 GHz x 8 lanes x 2 per core an AVX-512 core exceeds (its efficiencies may pass 1)."""
     from gir.runtime import onednn
+    if peak_flops is None:
+        from gir.backends.cpu.target import local_cpu
+        peak_flops = local_cpu().peak_matrix_flops
     if onednn.library() is None:
         progress(f"library calls: not measured ({onednn.unavailable()})")
         return None
@@ -74,7 +78,7 @@ def measure(peak_flops: float, copy_bandwidth: float, progress=print) -> dict | 
 def channel_block() -> int:
     """fp32 channels a oneDNN blocked layout holds together on this CPU: 16 with AVX-512
     (nChw16c), 8 with AVX2 (nChw8c), else 4 (SSE and Arm NEON formats)."""
-    from .compiler import host_cpu
+    from gir.backends.cpu.compiler import host_cpu
     flags = set(host_cpu().rsplit(" | ", 1)[-1].split())
     return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
 
