@@ -21,12 +21,10 @@ thread count by timing, then the fastest of several calls counts.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
-from gir.frontend.basic import BasicOp, Tensor
-from gir.fusion.partition import GROUPED, padded_channels
+from gir.frontend.basic import BasicGraph, BasicOp, Tensor
+from gir.fusion.partition import GROUPED, op_cost, padded_channels
 
 # (x shape, weight shape, pad) per conv probe; (a shape, b shape) per matmul probe. The first of
 # each kind is tiny (its time is the fixed cost), the rest span the zoo's shapes: a dense 3x3
@@ -57,8 +55,10 @@ def measure(copy_bandwidth: float, progress=print, peak_flops: float | None = No
         return None
     call_s, efficiency, byte_share, block = {}, {}, {}, channel_block()
     for kind, probes in (("conv", [_conv(*p) for p in CONV_PROBES]), ("matmul", [_matmul(*p) for p in MATMUL_PROBES])):
-        timed = [(flops * padded_channels(op, SimpleNamespace(tensors=tensors), block), nbytes, _time(op, tensors))
-                 for op, tensors, flops, nbytes in probes]
+        timed = []  # (FLOPs as the library computes them, bytes, seconds) per probe
+        for g in probes:
+            flops, nbytes = op_cost(g.ops[0], g)
+            timed.append((flops * padded_channels(g.ops[0], g, block), nbytes, _time(g)))
         fixed = timed[0][2]
         shares = [flops / max(seconds - fixed, 1e-9) / peak_flops for flops, nbytes, seconds in timed[1:]
                   if flops / peak_flops > nbytes / copy_bandwidth]
@@ -67,7 +67,7 @@ def measure(copy_bandwidth: float, progress=print, peak_flops: float | None = No
         progress(f"library {kind}s (oneDNN): {fixed * 1e6:.1f} us a call, then "
                  + ", ".join(f"{f / 1e6:.0f} MFLOP in {s * 1e3:.2f} ms" for f, _, s in timed[1:])
                  + f": {efficiency[kind]:.2f} of the {peak_flops / 1e9:.0f} GFLOP/s peak")
-    timed = [(nbytes, _time(op, tensors)) for op, tensors, _, nbytes in (_depthwise(*p) for p in GROUPED_PROBES)]
+    timed = [(op_cost(g.ops[0], g)[1], _time(g)) for g in (_depthwise(*p) for p in GROUPED_PROBES)]
     byte_share[GROUPED] = round(float(np.median([b / max(s - call_s["conv"], 1e-9) / copy_bandwidth for b, s in timed])), 3)
     progress("library depthwise convs (oneDNN): " + ", ".join(f"{b / 1e6:.1f} MB in {s * 1e3:.2f} ms" for b, s in timed)
              + f": {byte_share[GROUPED]:.2f} of the {copy_bandwidth / 1e9:.1f} GB/s copy")
@@ -83,9 +83,10 @@ def channel_block() -> int:
     return 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
 
 
-def _time(op: BasicOp, tensors: dict) -> float:
+def _time(probe: BasicGraph) -> float:
     from gir.runtime import onednn
-    constants = {n: np.zeros(t.size, np.float32) for n, t in tensors.items() if t.value is not None}
+    (op,), tensors = probe.ops, probe.tensors
+    constants = {n: t.value.reshape(-1) for n, t in tensors.items() if t.value is not None}
     made = onednn.prepare(op, tensors, constants)
     if isinstance(made, str):
         raise RuntimeError(f"oneDNN refused its calibration probe {op.name}: {made}")
@@ -93,34 +94,24 @@ def _time(op: BasicOp, tensors: dict) -> float:
     return min(onednn.timed(made, op, tensors, repeat=REPEATS) for _ in range(BATCHES))
 
 
-def _conv(x_shape, w_shape, pad):
+def _conv(x_shape, w_shape, pad, stride=1, group=1) -> BasicGraph:
     n, _, h, w = x_shape
-    y_shape = (n, w_shape[0], h + 2 * pad - w_shape[2] + 1, w + 2 * pad - w_shape[3] + 1)
-    tensors = {"x": Tensor("x", x_shape, "float32"),
-               "w": Tensor("w", w_shape, "float32", np.zeros(w_shape, np.float32)),
-               "y": Tensor("y", y_shape, "float32")}
+    y_shape = (n, w_shape[0], (h + 2 * pad - w_shape[2]) // stride + 1, (w + 2 * pad - w_shape[3]) // stride + 1)
     op = BasicOp("calibration conv", "conv", ["x", "w"], ["y"],
-                 {"strides": (1, 1), "pads": (pad,) * 4, "dilations": (1, 1), "group": 1}, "gir calibrate")
-    flops = 2 * int(np.prod(y_shape)) * int(np.prod(w_shape[1:]))
-    return op, tensors, flops, 4 * (int(np.prod(x_shape)) + int(np.prod(w_shape)) + int(np.prod(y_shape)))
+                 {"strides": (stride, stride), "pads": (pad,) * 4, "dilations": (1, 1), "group": group}, "gir calibrate")
+    return _probe(op, {"x": x_shape, "w": w_shape, "y": y_shape}, "w")
 
 
-def _depthwise(channels, size, kernel, stride):
-    pad = kernel // 2
-    out = (size + 2 * pad - kernel) // stride + 1
-    x, w, y = (1, channels, size, size), (channels, 1, kernel, kernel), (1, channels, out, out)
-    tensors = {"x": Tensor("x", x, "float32"), "w": Tensor("w", w, "float32", np.zeros(w, np.float32)),
-               "y": Tensor("y", y, "float32")}
-    op = BasicOp("calibration depthwise conv", "conv", ["x", "w"], ["y"],
-                 {"strides": (stride, stride), "pads": (pad,) * 4, "dilations": (1, 1), "group": channels}, "gir calibrate")
-    return op, tensors, 2 * int(np.prod(y)) * kernel * kernel, 4 * (int(np.prod(x)) + int(np.prod(w)) + int(np.prod(y)))
+def _depthwise(channels, size, kernel, stride) -> BasicGraph:
+    return _conv((1, channels, size, size), (channels, 1, kernel, kernel), kernel // 2, stride, channels)
 
 
-def _matmul(a_shape, b_shape):
-    c_shape = (a_shape[0], b_shape[1])
-    tensors = {"a": Tensor("a", a_shape, "float32"),
-               "b": Tensor("b", b_shape, "float32", np.zeros(b_shape, np.float32)),
-               "c": Tensor("c", c_shape, "float32")}
+def _matmul(a_shape, b_shape) -> BasicGraph:
     op = BasicOp("calibration matmul", "matmul", ["a", "b"], ["c"], {}, "gir calibrate")
-    flops = 2 * c_shape[0] * c_shape[1] * a_shape[1]
-    return op, tensors, flops, 4 * (int(np.prod(a_shape)) + int(np.prod(b_shape)) + int(np.prod(c_shape)))
+    return _probe(op, {"a": a_shape, "b": b_shape, "c": (a_shape[0], b_shape[1])}, "b")
+
+
+def _probe(op: BasicOp, shapes: dict, weight: str) -> BasicGraph:
+    """A one-op graph of fp32 tensors, its weight a constant (zeros), as the engine runs one."""
+    tensors = {n: Tensor(n, s, "float32", np.zeros(s, np.float32) if n == weight else None) for n, s in shapes.items()}
+    return BasicGraph(tensors, [op], [op.inputs[0]], op.outputs, "gir calibrate")

@@ -107,4 +107,3 @@ def local_cpu() -> Target:
         extra={"library_epilogues": EPILOGUES,
                **({"library_calls": measured.library_calls} if measured and measured.library_calls else {})},
     )
-

@@ -162,7 +162,7 @@ inline bool ensure_capacity(int n) {
   release_capacity();
   void* m = mmap(nullptr, sz * n, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED) return T.cap = 0, T.stacks = nullptr, T.f = nullptr, T.w = nullptr, false;
+  if (m == MAP_FAILED) return false;  // release_capacity left T empty
   T.stacks = (char*)m;
   for (int i = 0; i < n; ++i) mprotect(T.stacks + i * sz, page, PROT_NONE);  // overflow faults
   T.stack_sz = sz;
