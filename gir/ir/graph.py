@@ -70,10 +70,19 @@ class GIRGraph:
 
     # -- program order and queries ------------------------------------------------------
     def order(self) -> list[int]:
-        """Deterministic topological order: program order among independent nodes."""
+        """Program order, which is a topological order: every edge is derived from it (`_link`
+        links a node only to nodes before it), so sorting by it is the lexicographic topological
+        sort without the search (planning asks for it tens of thousands of times)."""
         if self._order is None:
-            self._order = list(nx.lexicographical_topological_sort(self.graph, key=lambda n: self.graph.nodes[n]["order"]))
+            nodes = self.graph.nodes
+            self._order = sorted(nodes, key=lambda n: nodes[n]["order"])
         return list(self._order)
+
+    def edges_follow_order(self) -> bool:
+        """Every edge runs forward in program order (what makes the graph acyclic); false only
+        where an edge was added around `_link`."""
+        nodes = self.graph.nodes
+        return all(nodes[a]["order"] < nodes[b]["order"] for a, b in self.graph.edges)
 
     def ops(self) -> list[tuple[int, GOp]]:
         if self._ops is None:

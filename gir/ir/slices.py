@@ -161,6 +161,14 @@ class Slice:
     def address_range(self, env: dict) -> tuple[int, int] | None:
         """(lowest, highest) valid address over all units, None when nothing is valid. Each
         unit's valid indices form a box, so its extremes are corners of it."""
+        low, high = self.unit_ranges(env)
+        if not low.size:
+            return None
+        return int(low.min()), int(high.max())
+
+    def unit_ranges(self, env: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Per unit that has a valid element, its lowest and highest valid address (the
+        corners of its box of valid indices), as two arrays over those units."""
         units = env["u"].shape[0]
         live = np.ones(units, bool)
         low = high = np.asarray(self.offset.eval(env), np.int64)
@@ -168,10 +176,14 @@ class Slice:
             live &= last >= first
             low = low + (first if stride >= 0 else last) * stride
             high = high + (last if stride >= 0 else first) * stride
-        if not live.any():
-            return None
-        low, high = (np.broadcast_to(a, (units,))[live] for a in (low, high))
-        return int(low.min()), int(high.max())
+        return tuple(np.broadcast_to(a, (units,))[live] for a in (low, high))
+
+    def units_apart(self, env: dict) -> bool:
+        """No two units' valid addresses can coincide: their address ranges do not overlap (a
+        sufficient test, from one box per unit, without listing elements)."""
+        low, high = self.unit_ranges(env)
+        order = np.argsort(low, kind="stable")
+        return bool((low[order][1:] > high[order][:-1]).all())
 
     def _index_ranges(self, env: dict) -> list[tuple]:
         """Per dimension, the first and last valid index: plain ints where the dimension is not

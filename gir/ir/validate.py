@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import networkx as nx
 import numpy as np
 
 from .access import output_lanes
@@ -41,12 +40,16 @@ def register_bytes_per_lane(graph: GIRGraph, skip: frozenset = frozenset()) -> i
             held = s.size if op.uniform else _most_per_lane(op, lanes)
             word = max(itemsize(buf.dtype), 4)  # an fp16 or bool value still takes a 32-bit register
             per_lane[s.buffer] = max(per_lane.get(s.buffer, 0), held * word)
-    change = np.zeros(len(ops) + 1, np.int64)  # live bytes change at first write and after last read
+    change = [0] * (len(ops) + 1)  # live bytes change at first write and after last read
     for b, size in per_lane.items():
         if first[b] <= last[b]:
             change[first[b]] += size
             change[last[b] + 1] -= size
-    return max(0, int(np.cumsum(change).max()))
+    live = peak = 0
+    for step in change:  # a Python loop: the graphs are small and numpy's call costs more
+        live += step
+        peak = max(peak, live)
+    return peak
 
 
 # Calls the compilers do not sink into their consumers: an op over all of a lane's elements
@@ -170,8 +173,8 @@ def validate(graph: GIRGraph, bounds: bool = True, streams: bool = False) -> Non
                          [*op.reads(), *op.writes()]) if s.buffer not in graph.buffers})
     if undeclared:
         raise GraphError(f"{graph.name}: invalid GIR-Graph:\n  uses undeclared buffers {undeclared}")
-    if not nx.is_directed_acyclic_graph(graph.graph):
-        problems.append("the dataflow graph has a cycle")
+    if not graph.edges_follow_order():
+        problems.append("the dataflow graph has an edge against program order (a cycle)")
     if prim.units_per_block > tgt.max_units_per_block:
         problems.append(f"{prim.units_per_block} units per block exceed {tgt.name}'s {tgt.max_units_per_block}")
     written = set()

@@ -26,9 +26,12 @@ def apply(g, name: str) -> str | None:
     ws, rs = writers(g, name), readers(g, name)
     if not ws or not rs:
         return None
-    scope = max(required_scope(g, w, r) for w in ws for r in rs)
-    if scope >= DEVICE:
-        return None
+    scope = LANE
+    for w in ws:
+        for r in rs:
+            scope = max(scope, required_scope(g, w, r))
+            if scope >= DEVICE:  # nothing narrower can come of the other pairs (each is an enumeration)
+                return None
     if g.target.lanes_per_unit > 1 and any(isinstance(g.op(r), Gather) and g.op(r).src.buffer == name for r in rs):
         scope = max(scope, BLOCK)  # a data-dependent read cannot index registers spread over lanes: shared memory
     level = g.target.level_for_scope(scope)
