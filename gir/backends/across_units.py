@@ -377,11 +377,15 @@ class AcrossUnits(ChannelLanes):
     # taps was one chain of dependent adds, 49 x the add latency per position for RedNet-50's
     # 7x7 involution, which bound its kernels (a lane is a unit here: no shuffle tree)
     PARTIALS = 8
+    seed_partials = True  # False: each partial starts at the identity (an A/B baseline)
 
     def op_Reduce(self, op: Reduce) -> list[str]:
         """Each output's group unrolled: element g joins partial g % PARTIALS (at least two
         elements each), and the partials combine pairwise, so that the chain of dependent
-        operations is a few steps long instead of the group's length."""
+        operations is a few steps long instead of the group's length. A partial starts as its
+        first element, not as the identity combined with it: the compiler keeps `0.0f + x`
+        (it is not x where x is -0.0), one add per partial and output, 8 of the 49 of a 7x7
+        involution's; and numpy's sum, the reference, starts from the first element too."""
         if not self.across:
             return super().op_Reduce(op)
         acc, ident, term = self._reduce_parts(op)
@@ -392,12 +396,16 @@ class AcrossUnits(ChannelLanes):
             dst = self.store(op.dst, constant(k), op)
             if dst is None:
                 continue
-            lines = [f"{self.ctype(acc)} " + ", ".join(f"{n} = {ident}" for n in names) + ";"]
+            seeded = self.seed_partials
+            lines = [] if seeded else [f"{self.ctype(acc)} " + ", ".join(f"{n} = {ident}" for n in names) + ";"]
             for g in range(op.group):
                 x, ok = self.load(op.src, constant(k * op.group + g), None)
                 x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
                 n = names[g % parts]
-                lines.append(f"{n} = {self.combine(op.op, n, f'({x})')};")
+                if seeded and g < parts:
+                    lines.append(f"{self.ctype(acc)} {n} = {x};")
+                else:
+                    lines.append(f"{n} = {self.combine(op.op, n, f'({x})')};")
             lines += self.pairwise(op.op, names)
             if names[0] != "acc":
                 lines.append(f"const {self.ctype(acc)} acc = {names[0]};")
