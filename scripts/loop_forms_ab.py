@@ -8,7 +8,8 @@ against the per-unit loop. `--baseline rows`: element loops that index by row sp
 (gir/backends/loop_split.py) against left flat. `--baseline loads`: a reduction of a plain DRAM
 load reading it in its own loop (gir/ir/streams.py `loaded_as_product`) against a stack copy first. `--baseline seed`:
 an unrolled reduction's partials starting as their first element (gir/backends/across_units.py)
-against starting at the identity. Each zoo model's native CPU session is built twice in one process
+against starting at the identity. `--baseline escaping`: element loops fused where an array they
+write is still read after them (gir/backends/loop_fusion.py `_gains`) against left apart. Each zoo model's native CPU session is built twice in one process
 from the same plan (the baselines change the C source or its build, not the plan), every GIR
 kernel of both timed alone (gir.runtime.profile), the two profiled in turn three times (a
 sequential A/B showed drift as losses of 30% on kernels an interleaved A/B of the same C found
@@ -47,6 +48,7 @@ BASELINES = {
     "rows": [(CpuEmitter, "split_rows", False)],
     "loads": [(CpuEmitter, "inline_loads", False)],
     "seed": [(CpuEmitter, "seed_partials", False)],
+    "escaping": [(CpuEmitter, "fuse_escaping", False)],
 }
 
 
@@ -118,7 +120,8 @@ def main():
             "tiles": "transposing copies as 16x16 tiles against the per-unit loop",
             "rows": "element loops that index by row split into rows against left flat",
             "loads": "reductions reading their DRAM rows in their own loop against a stack copy first",
-            "seed": "unrolled reductions' partials seeded by their first element against the identity"}[args.baseline]
+            "seed": "unrolled reductions' partials seeded by their first element against the identity",
+            "escaping": "element loops fused where an array they write outlives them against left apart"}[args.baseline]
     lines = [f"# CPU kernels: {what}\n",
              f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
              f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "

@@ -83,12 +83,27 @@ def test_loops_that_would_reorder_an_element_stay_apart(second, why):
     assert fuse_element_loops(lines, PRAGMA) == lines, why
 
 
-def test_a_loop_whose_array_a_reduction_reads_stays_apart():
-    """The product kept in an array for a reduction: fused, it was slower (GPT-2's GEMV)."""
+@pytest.mark.parametrize("escaping", [False, True])
+def test_a_loop_whose_array_a_reduction_reads_stays_apart(escaping):
+    """The product of DRAM operands kept in an array for a reduction: fused, it was slower
+    (GPT-2's GEMV)."""
     lines = ["float r_a[8];", "float r_p[8];", *_loop(["r_a[k] = g_x[k];"]),
-             *_loop(["r_p[k] = r_a[k] * g_w[8*u + k];"]),
+             *_loop(["const float t0 = r_a[k] * g_w[8*u + k];", "r_p[k] = t0;"]),
              "for (int k = 0; k < 1; ++k) {", "  for (int g = 0; g < 8; ++g) acc = acc + r_p[(k*8 + g)];", "}"]
-    assert fuse_element_loops(lines, PRAGMA) == lines
+    assert fuse_element_loops(lines, PRAGMA, escaping=escaping) == lines
+
+
+def test_a_scaled_row_a_reduction_reads_fuses_with_its_load():
+    """A softmax row: its load and scaling in one loop, the load a scalar; the scaled row, which
+    the max reads after the loop, still an array. Apart, each went through a stack array (ViT's
+    softmax ran 1.21x faster fused)."""
+    lines = ["float r_a[8];", "float r_s[8];", *_loop(["r_a[k] = g_x[8*u + k];"]),
+             *_loop(["const float t0 = r_a[k] * 0.125f;", "r_s[k] = t0;"]),
+             "for (int k = 0; k < 1; ++k) {", "  for (int g = 0; g < 8; ++g) acc = GIR_MAX(acc, r_s[(k*8 + g)]);", "}"]
+    assert fuse_element_loops(lines, PRAGMA) == lines  # the old rule: every written array a scalar
+    out = "\n".join(fuse_element_loops(lines, PRAGMA, escaping=True))
+    assert out.count("for (int k = 0; k < 8;") == 1
+    assert "r_a__k = g_x[8*u + k];" in out and "r_s[k] = t0;" in out and "r_s[(k*8 + g)]" in out
 
 
 def test_loops_without_the_simd_mark_or_of_other_lengths_stay_apart():

@@ -1251,6 +1251,7 @@ class LoopedLanes:
     simd_pragma: str | None = None  # a dialect's way to say "vectorise this element loop"
     _interior = False  # emitting the unmasked copy of the kernel (see kernel_body)
     fuse_loops = True  # False: one loop per gOperator (an A/B baseline)
+    fuse_escaping = True  # False: loops fuse only where every array they write becomes a scalar (an A/B baseline)
     split_interior = True  # False: masks tested in every unit (an A/B baseline)
     inline_products = True  # False: a reduction's product in an array of its own (an A/B baseline)
     split_rows = True  # False: element loops indexed by row left flat (an A/B baseline)
@@ -1287,7 +1288,7 @@ class LoopedLanes:
         if not self.simd_pragma:
             return lines
         if self.fuse_loops:
-            lines = fuse_element_loops(lines, self.simd_pragma, declared)
+            lines = fuse_element_loops(lines, self.simd_pragma, declared, self.fuse_escaping)
         return split_row_loops(lines, self.simd_pragma) if self.split_rows else lines
 
     def interior_conditions(self, op) -> list[str]:

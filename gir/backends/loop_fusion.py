@@ -24,6 +24,7 @@ _ACCESS = re.compile(r"\b([rg]_\w+)\[([^\[\]]*)\]")
 _WRITE = re.compile(r"\b([rg]_\w+)\[([^\[\]]*)\]\s*=(?!=)")
 _DECLARED = re.compile(r"^\s*(\w+) (r_\w+)\[\d+\];$")
 _NESTED = re.compile(r"\[[^\]]*\[")
+_DRAM_READ = re.compile(r"\bg_\w+\[")
 
 
 class _Loop:
@@ -70,13 +71,15 @@ def _can_fuse(a: _Loop, b: _Loop) -> bool:
     return True
 
 
-def fuse_element_loops(lines: list[str], pragma: str, declared: list[str] = ()) -> list[str]:
+def fuse_element_loops(lines: list[str], pragma: str, declared: list[str] = (), escaping: bool = False) -> list[str]:
     """`lines` with runs of fusable element loops merged, then arrays only a fused loop uses,
-    always at [k], turned into scalars of that loop. A run is kept only where every register
-    array its loops write becomes such a scalar: a product still stored to an array for a
-    reduction ran 9% slower fused (GPT-2's GEMV: gcc copies the operands with memcpy when
-    they have loops of their own, and that streams the weights faster). `declared`: lines
-    before `lines` that declare register arrays, which nothing after `lines` uses."""
+    always at [k], turned into scalars of that loop. A run is kept where every register array
+    its loops write becomes such a scalar, or, with `escaping`, where some does and no array
+    used after the run is a plain copy of DRAM (`_gains`): a softmax row's scaled scores or a
+    LayerNorm's centred row, still stored for the reduction that follows, had their loads and
+    scaling in loops of their own, each through a stack array (ViT's softmax 1.21x, BERT's
+    LayerNorms 1.22x fused, AMD EPYC: results/fuse_escaping_ab.md). `declared`: lines before
+    `lines` that declare register arrays, which nothing after `lines` uses."""
     uses = _register_uses(lines)
     out, i, fused = [], 0, []
     while i < len(lines):
@@ -85,7 +88,7 @@ def fuse_element_loops(lines: list[str], pragma: str, declared: list[str] = ()) 
             out.append(lines[i])
             i += 1
             continue
-        while len(run) > 1 and not _closed(run, uses):
+        while len(run) > 1 and not (_closed(run, uses) or escaping and _gains(run, uses)):
             run.pop()
         first, last = run[0], run[-1]
         if len(run) == 1:
@@ -133,6 +136,20 @@ def _closed(run: list[_Loop], uses: dict) -> bool:
     span = range(run[0].start, run[-1].end + 1)
     written = {name for loop in run for name in loop.accesses()[0] if name.startswith("r_")}
     return all(n in span and index == "k" for name in written for n, index in uses.get(name, ()))
+
+
+def _gains(run: list[_Loop], uses: dict) -> bool:
+    """Some register array the run writes is used nowhere else and only at [k] (it becomes a
+    scalar), and no array that outlives the run is written from DRAM in it: a product of DRAM
+    operands still stored for a reduction ran 9% slower fused (GPT-2's GEMV, Intel VM: gcc
+    copies the operands with memcpy when they have loops of their own, and that streams the
+    weights faster)."""
+    span = range(run[0].start, run[-1].end + 1)
+    written = {name for loop in run for name in loop.accesses()[0] if name.startswith("r_")}
+    scalar = {name for name in written if all(n in span and index == "k" for n, index in uses.get(name, ()))}
+    from_dram = {name for loop in run if any(_DRAM_READ.search(line.split("=", 1)[-1]) for line in loop.body)
+                 for name in loop.accesses()[0]}  # a loop is one gOperator: what it writes, it computed from DRAM
+    return bool(scalar) and not (written - scalar) & from_dram
 
 
 def _scalars(lines: list[str], fused: list[tuple[int, int]], declared=()) -> list[str]:
