@@ -402,10 +402,10 @@ def _in_order(order, done: list[str], what: str) -> bool:
 
 
 def _absorb(graph: BasicGraph, op: BasicOp, kinds, dtypes, order=None) -> BasicOp:
-    G = _Graph(graph)
     y = graph.tensors[op.outputs[0]]
     if y.dtype not in dtypes or op.kind not in ("conv", "matmul"):
         return op
+    G = _Graph(graph)
     classes: list[str] = []  # the order classes absorbed so far
     if op.kind == "matmul" and (len(graph.tensors[op.inputs[1]].shape) < 2 or len(y.shape) < 1):
         bias_ok = False

@@ -22,6 +22,7 @@ from .dtypes import itemsize
 from .target import DRAM, REGISTER, SHARED
 
 LEVELS = (REGISTER, SHARED, DRAM)
+_INT = {int}
 ROLES = ("input", "output", "temp", "const")
 
 
@@ -60,9 +61,12 @@ class Slice:
     starts: tuple = ()  # per dimension: Affine lower bound or None; empty = none
 
     def __post_init__(self):
-        object.__setattr__(self, "offset", Affine.of(self.offset))
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
-        object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
+        if type(self.offset) is not Affine:
+            object.__setattr__(self, "offset", Affine.of(self.offset))
+        for name in ("shape", "strides"):  # ints already (most slices are made from another's): kept as given
+            seq = getattr(self, name)
+            if type(seq) is not tuple or not set(map(type, seq)) <= _INT:
+                object.__setattr__(self, name, tuple(int(v) for v in seq))
         if len(self.shape) != len(self.strides):
             raise ValueError(f"slice of {self.buffer}: shape {self.shape} and strides {self.strides} differ in rank")
         if any(s < 1 for s in self.shape):
