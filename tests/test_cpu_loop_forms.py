@@ -96,7 +96,7 @@ def test_a_loop_whose_array_a_reduction_reads_stays_apart(escaping):
 def test_a_scaled_row_a_reduction_reads_fuses_with_its_load():
     """A softmax row: its load and scaling in one loop, the load a scalar; the scaled row, which
     the max reads after the loop, still an array. Apart, each went through a stack array (ViT's
-    softmax ran 1.21x faster fused)."""
+    softmax kernels ran in 0.17 ms fused against 0.20)."""
     lines = ["float r_a[8];", "float r_s[8];", *_loop(["r_a[k] = g_x[8*u + k];"]),
              *_loop(["const float t0 = r_a[k] * 0.125f;", "r_s[k] = t0;"]),
              "for (int k = 0; k < 1; ++k) {", "  for (int g = 0; g < 8; ++g) acc = GIR_MAX(acc, r_s[(k*8 + g)]);", "}"]

@@ -77,8 +77,8 @@ def fuse_element_loops(lines: list[str], pragma: str, declared: list[str] = (), 
     its loops write becomes such a scalar, or, with `escaping`, where some does and no array
     used after the run is a plain copy of DRAM (`_gains`): a softmax row's scaled scores or a
     LayerNorm's centred row, still stored for the reduction that follows, had their loads and
-    scaling in loops of their own, each through a stack array (ViT's softmax 1.21x, BERT's
-    LayerNorms 1.22x fused, AMD EPYC: results/fuse_escaping_ab.md). `declared`: lines before
+    scaling in loops of their own, each through a stack array (ViT's softmax kernels 0.20 -> 0.17
+    ms fused, its GIR kernels 1.15x, BERT's 1.07x, AMD EPYC: results/fuse_escaping_ab.md). `declared`: lines before
     `lines` that declare register arrays, which nothing after `lines` uses."""
     uses = _register_uses(lines)
     out, i, fused = [], 0, []
