@@ -4,6 +4,7 @@ point goes back to the library when its lowered GIR kernels model at more than t
 margin (`library_margin`) x the library call plus a round trip of its output, and the decision
 says so. Targets without a library model (the CPU before `gir calibrate` has timed oneDNN's
 calls on it) keep the ridge rule alone; a calibrated CPU checks as the GPUs do."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -179,8 +180,8 @@ def test_calibration_times_onednns_calls():
     from gir.runtime import library_calls
     lines = []
     calls = library_calls.measure(18e9, lines.append, peak_flops=96e9)
-    assert len(lines) == 3 and all(line.startswith("library ") for line in lines)
-    assert calls["byte_efficiency"]["grouped_conv"] > 0
+    assert len(lines) == 4 and all(line.startswith("library ") for line in lines)
+    assert calls["byte_efficiency"]["grouped_conv"] > 0 and 0 < calls["byte_efficiency"]["matmul"] < 2
     assert set(calls["call_s"]) == set(calls["flop_efficiency"]) == {"conv", "matmul"}
     assert all(0 < s < 1e-2 for s in calls["call_s"].values()) and all(e > 0 for e in calls["flop_efficiency"].values())
     assert calls["channel_block"] in (4, 8, 16) and calls["margin"] == 1.0
@@ -222,3 +223,38 @@ def test_the_faster_plan_by_the_model_is_kept():
     assert second is not None and any(d.given_back for d in second.partition.decisions)
     assert modelled_seconds(second) >= modelled_seconds(first) and kept is first
     assert not any(d.given_back for d in kept.partition.decisions)
+
+
+@pytest.mark.skipif(__import__("gir.runtime.onednn", fromlist=["x"]).library() is None, reason="needs oneDNN")
+def test_a_bytes_bound_matmul_is_timed_with_its_weights_from_dram(monkeypatch):
+    """The GEMV probe calls one primitive per weight copy, as many as twice the last-level
+    cache holds, in turn: a 64 MiB cache asks for 15 copies of the 9.4 MB weight."""
+    from gir.backends.cpu import target as cpu_target
+    from gir.runtime import library_calls, onednn
+    made = []
+    real = onednn.prepare
+    monkeypatch.setattr(onednn, "prepare", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    monkeypatch.setattr(cpu_target, "last_level_cache_bytes", lambda: 64 << 20)
+    seconds = library_calls._cold_seconds(library_calls._matmul(*library_calls.GEMV_PROBE))
+    assert len(made) == 15 and len({id(m) for m in made}) == 15 and 0 < seconds < 1
+
+
+def test_a_gemv_stays_in_gir_where_the_library_streams_its_weights_slower():
+    """With oneDNN's GEMV measured at a share of the copy bandwidth, a decode-step matmul whose
+    GIR kernel models faster is not given back (GPT-2 decode on an AMD EPYC guest: 23 ms with
+    its GEMVs in oneDNN, 14 ms in GIR, where the unmeasured share of 1 gave them all back)."""
+    from gir.fusion.partition import library_call_seconds
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((768, 3072)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="gemv")], "gemv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3072])], [w])
+    graph = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    base = get_target("cpu")
+    calls = {"convs": "direct", "call_s": {"matmul": 3e-6}, "flop_efficiency": {"matmul": 2.0},
+             "channel_block": 16, "margin": 1.0}
+    slow = replace(base, extra={**base.extra, "library_calls": {**calls, "byte_efficiency": {"matmul": 0.25}}})
+    fast = replace(base, extra={**base.extra, "library_calls": {**calls, "byte_efficiency": {"matmul": 1.0}}})
+    op = graph.ops[0]
+    assert library_call_seconds(op, graph, slow) > 3.5 * library_call_seconds(op, graph, fast)
+    assert not plan(graph, slow).partition.library  # GIR's kernel models faster than a quarter of copy

@@ -112,7 +112,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     lines = []
     cal = calibration.measure(repeats=2, progress=lines.append)
     from gir.runtime import onednn
-    assert len(lines) == (13 if onednn.library() else 11) and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
+    assert len(lines) == (14 if onednn.library() else 11) and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
     assert cal.wake_s > 0 and cal.spin_s > 0 and cal.warm_bandwidth > 0 and cal.warm_unit_bandwidth > 0
     assert cal.hot_unit_bandwidth > 0
     assert 1.0 <= cal.stream_gain <= 2.0

@@ -16,8 +16,11 @@ block: oneDNN ran the conv to one channel in 3.7-4.0 ms, 16x its FLOPs at the de
 (brgconv:avx512_core, 2-core Cascade Lake guest). Depthwise convs are bytes-bound: they take a
 share of the copy bandwidth of their own (`byte_efficiency`), measured on three of EfficientNet-
 B0's shapes; oneDNN ran them at 1.7-3.5 GB/s against an 18 GB/s copy there (its blocked layout's
-reorders included), where GIR's fused depthwise kernels were faster. Each probe runs as the CPU engine runs the op: `onednn.prepare` picks the layout and
-thread count by timing, then the fastest of several calls counts.
+reorders included), where GIR's fused depthwise kernels were faster. A matmul's byte share is
+measured on a GEMV whose weights come from DRAM (`_cold_seconds`): a decode step's weights are
+read once a run, and timed warm the probe ran 3x faster than cold. Each probe runs as the CPU
+engine runs the op: `onednn.prepare` picks the layout and thread count by timing, then the
+fastest of several calls counts.
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ GROUPED_PROBES = ((32, 112, 3, 1), (144, 56, 5, 2), (240, 28, 5, 1))
 MATMUL_PROBES = (((16, 16), (16, 16)),
                  ((256, 512), (512, 512)),
                  ((128, 768), (768, 3072)))
+# a GEMV (GPT-2's c_fc at one token): bytes-bound, timed over enough weight matrices in turn
+# that they stream from DRAM, as a decode step's do (`_cold_seconds`)
+GEMV_PROBE = ((1, 768), (768, 3072))
 REPEATS = 5
 BATCHES = 3
 
@@ -67,6 +73,11 @@ def measure(copy_bandwidth: float, progress=print, peak_flops: float | None = No
         progress(f"library {kind}s (oneDNN): {fixed * 1e6:.1f} us a call, then "
                  + ", ".join(f"{f / 1e6:.0f} MFLOP in {s * 1e3:.2f} ms" for f, _, s in timed[1:])
                  + f": {efficiency[kind]:.2f} of the {peak_flops / 1e9:.0f} GFLOP/s peak")
+    gemv = _matmul(*GEMV_PROBE)
+    nbytes, seconds = op_cost(gemv.ops[0], gemv)[1], _cold_seconds(gemv)
+    byte_share["matmul"] = round(nbytes / max(seconds - call_s["matmul"], 1e-9) / copy_bandwidth, 3)
+    progress(f"library GEMV (oneDNN), weights from DRAM: {nbytes / 1e6:.1f} MB in {seconds * 1e3:.3f} ms: "
+             f"{byte_share['matmul']:.2f} of the {copy_bandwidth / 1e9:.1f} GB/s copy")
     timed = [(op_cost(g.ops[0], g)[1], _time(g)) for g in (_depthwise(*p) for p in GROUPED_PROBES)]
     byte_share[GROUPED] = round(float(np.median([b / max(s - call_s["conv"], 1e-9) / copy_bandwidth for b, s in timed])), 3)
     progress("library depthwise convs (oneDNN): " + ", ".join(f"{b / 1e6:.1f} MB in {s * 1e3:.2f} ms" for b, s in timed)
@@ -92,6 +103,42 @@ def _time(probe: BasicGraph) -> float:
         raise RuntimeError(f"oneDNN refused its calibration probe {op.name}: {made}")
     # the fastest of several batches: on a shared VM other work only ever makes a call slower
     return min(onednn.timed(made, op, tensors, repeat=REPEATS) for _ in range(BATCHES))
+
+
+def _cold_seconds(probe: BasicGraph) -> float:
+    """One call's time with its weights out of every cache: a primitive per weight copy, as
+    many as twice the last-level cache holds, called in turn (the fastest of several rounds,
+    per call). A bytes-bound call timed on one weight, which the cache then holds, measured
+    3x its rate from DRAM (GPT-2's decode GEMVs ran 1.3x slower in oneDNN than in GIR's
+    kernels on an AMD EPYC guest, where the warm probe had oneDNN ahead)."""
+    import time
+
+    from gir.backends.cpu.target import last_level_cache_bytes
+    from gir.runtime import onednn
+    (op,), tensors = probe.ops, probe.tensors
+    weight = next(n for n, t in tensors.items() if t.value is not None)
+    copies = max(2, -(-2 * last_level_cache_bytes() // (tensors[weight].size * 4)))
+    made = []
+    for _ in range(copies):  # each primitive holds its own reordered copy of the weight
+        m = onednn.prepare(op, tensors, {weight: np.zeros(tensors[weight].size, np.float32)})
+        if isinstance(m, str):
+            raise RuntimeError(f"oneDNN refused its calibration probe {op.name}: {m}")
+        made.append(m)
+    # every operand its own zeroed array per primitive: a plain-layout weight is read from the
+    # pointer given at the call, a reordered one from the primitive's copy; either way apart
+    arrays = [[None if t is None else onednn.aligned_bytes(tensors[t].size * 4) for t in m.operands] for m in made]
+    for a in (a for row in arrays for a in row if a is not None):
+        a[:] = 0
+    ptrs = [[None if a is None else a.ctypes.data for a in row] for row in arrays]
+    out = onednn.aligned_bytes(tensors[op.outputs[0]].size * 4)
+    best = float("inf")
+    for i in range(REPEATS + 1):
+        start = time.perf_counter()
+        for m, p in zip(made, ptrs):
+            m.call(*p, out.ctypes.data)
+        if i:
+            best = min(best, (time.perf_counter() - start) / len(made))
+    return best
 
 
 def _conv(x_shape, w_shape, pad, stride=1, group=1) -> BasicGraph:
