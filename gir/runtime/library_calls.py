@@ -107,7 +107,7 @@ def _time(probe: BasicGraph) -> float:
 
 def _cold_seconds(probe: BasicGraph) -> float:
     """One call's time with its weights out of every cache: a primitive per weight copy, as
-    many as twice the last-level cache holds, called in turn (the fastest of several rounds,
+    many as twice the last-level cache holds (1 GiB at most), called in turn (the fastest of several rounds,
     per call). A bytes-bound call timed on one weight, which the cache then holds, measured
     3x its rate from DRAM (GPT-2's decode GEMVs ran 1.3x slower in oneDNN than in GIR's
     kernels on an AMD EPYC guest, where the warm probe had oneDNN ahead)."""
@@ -117,7 +117,8 @@ def _cold_seconds(probe: BasicGraph) -> float:
     from gir.runtime import onednn
     (op,), tensors = probe.ops, probe.tensors
     weight = next(n for n, t in tensors.items() if t.value is not None)
-    copies = max(2, -(-2 * last_level_cache_bytes() // (tensors[weight].size * 4)))
+    nbytes = tensors[weight].size * 4
+    copies = max(2, min(-(-2 * last_level_cache_bytes() // nbytes), (1 << 30) // nbytes))  # at most 1 GiB held
     made = []
     for _ in range(copies):  # each primitive holds its own reordered copy of the weight
         m = onednn.prepare(op, tensors, {weight: np.zeros(tensors[weight].size, np.float32)})
