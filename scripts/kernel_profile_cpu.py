@@ -1,7 +1,8 @@
 """Per-kernel CPU bandwidth of the zoo (issue 23): every step of each model's native CPU session
 timed alone by gir.runtime.profile, against this machine's copy bandwidth measured in the same
-process (before each model and after the last: the median of those probes, their range printed). Writes results/kernel_profile_cpu.md (per model: the GIR kernels of 1 MB or more, their
-median and lowest share of copy bandwidth, and the slowest ones) and .json.
+process (before each model and after the last: the median of those probes, their range printed).
+Writes results/kernel_profile_cpu.md (per model: the GIR kernels of 1 MB or more, their median
+and lowest share of copy bandwidth, and the slowest ones) and .json.
 
     PYTHONPATH=. python3 scripts/kernel_profile_cpu.py [--models efficientnet_b0 gpt2] [--repeat 10]
 

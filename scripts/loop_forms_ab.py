@@ -6,10 +6,11 @@ gOperator. `--baseline vectors`: the kernels built with `-mprefer-vector-width=5
 without. `--baseline tiles`: transposing copies as 16x16 tiles (gir/backends/transpose_tiles.py)
 against the per-unit loop. `--baseline rows`: element loops that index by row split into rows
 (gir/backends/loop_split.py) against left flat. `--baseline loads`: a reduction of a plain DRAM
-load reading it in its own loop (gir/ir/streams.py `loaded_as_product`) against a stack copy first. `--baseline seed`:
-an unrolled reduction's partials starting as their first element (gir/backends/across_units.py)
-against starting at the identity. `--baseline escaping`: element loops fused where an array they
-write is still read after them (gir/backends/loop_fusion.py `_gains`) against left apart. Each zoo model's native CPU session is built twice in one process
+load reading it in its own loop (gir/ir/streams.py `loaded_as_product`) against a stack copy
+first. `--baseline seed`: an unrolled reduction's partials starting as their first element
+(gir/backends/across_units.py) against starting at the identity. `--baseline escaping`: element
+loops fused where an array they write is still read after them (gir/backends/loop_fusion.py
+`_gains`) against left apart. Each zoo model's native CPU session is built twice in one process
 from the same plan (the baselines change the C source or its build, not the plan), every GIR
 kernel of both timed alone (gir.runtime.profile), the two profiled in turn three times (a
 sequential A/B showed drift as losses of 30% on kernels an interleaved A/B of the same C found

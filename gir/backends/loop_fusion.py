@@ -75,11 +75,12 @@ def fuse_element_loops(lines: list[str], pragma: str, declared: list[str] = (), 
     """`lines` with runs of fusable element loops merged, then arrays only a fused loop uses,
     always at [k], turned into scalars of that loop. A run is kept where every register array
     its loops write becomes such a scalar, or, with `escaping`, where some does and no array
-    used after the run is a plain copy of DRAM (`_gains`): a softmax row's scaled scores or a
+    used after the run was computed from DRAM in it (`_gains`): a softmax row's scaled scores or a
     LayerNorm's centred row, still stored for the reduction that follows, had their loads and
     scaling in loops of their own, each through a stack array (ViT's softmax kernels 0.20 -> 0.17
-    ms fused, its GIR kernels 1.15x, BERT's 1.07x, AMD EPYC: results/fuse_escaping_ab.md). `declared`: lines before
-    `lines` that declare register arrays, which nothing after `lines` uses."""
+    ms fused, its GIR kernels 1.15x, BERT's 1.07x, AMD EPYC: results/fuse_escaping_ab.md).
+    `declared`: lines before `lines` that declare register arrays, which nothing after `lines`
+    uses."""
     uses = _register_uses(lines)
     out, i, fused = [], 0, []
     while i < len(lines):
@@ -133,9 +134,8 @@ def _register_uses(lines: list[str]) -> dict[str, list[tuple[int, str]]]:
 
 def _closed(run: list[_Loop], uses: dict) -> bool:
     """Every register array the run writes is used nowhere else, and only at [k]."""
-    span = range(run[0].start, run[-1].end + 1)
-    written = {name for loop in run for name in loop.accesses()[0] if name.startswith("r_")}
-    return all(n in span and index == "k" for name in written for n, index in uses.get(name, ()))
+    written, scalar = _written(run, uses)
+    return written <= scalar
 
 
 def _gains(run: list[_Loop], uses: dict) -> bool:
@@ -144,12 +144,17 @@ def _gains(run: list[_Loop], uses: dict) -> bool:
     operands still stored for a reduction ran 9% slower fused (GPT-2's GEMV, Intel VM: gcc
     copies the operands with memcpy when they have loops of their own, and that streams the
     weights faster)."""
-    span = range(run[0].start, run[-1].end + 1)
-    written = {name for loop in run for name in loop.accesses()[0] if name.startswith("r_")}
-    scalar = {name for name in written if all(n in span and index == "k" for n, index in uses.get(name, ()))}
+    written, scalar = _written(run, uses)
     from_dram = {name for loop in run if any(_DRAM_READ.search(line.split("=", 1)[-1]) for line in loop.body)
                  for name in loop.accesses()[0]}  # a loop is one gOperator: what it writes, it computed from DRAM
     return bool(scalar) and not (written - scalar) & from_dram
+
+
+def _written(run: list[_Loop], uses: dict) -> tuple[set, set]:
+    """(register arrays the run writes, those of them used only inside it and only at [k])."""
+    span = range(run[0].start, run[-1].end + 1)
+    written = {name for loop in run for name in loop.accesses()[0] if name.startswith("r_")}
+    return written, {name for name in written if all(n in span and index == "k" for n, index in uses.get(name, ()))}
 
 
 def _scalars(lines: list[str], fused: list[tuple[int, int]], declared=()) -> list[str]:

@@ -85,9 +85,8 @@ def _same_elements_same_unit(wop, rop, prim, lanes_per_unit: int, bufs: dict) ->
     """The common case after merging: the reader reads exactly the slice the writer wrote.
     Each element in the lane that wrote it: lane scope. In another lane: unit scope, where each
     unit reads only what it wrote itself (registers are the unit's own; in memory, where no two
-    units write one address); the
-    enumeration would list every element of the tensor (GPT-2's lm_head product, 38.6M
-    elements: 8.5 s) to find the same."""
+    units write one address); the enumeration would list every element of the tensor (GPT-2's
+    lm_head product, 38.6M elements: 8.5 s) to find the same."""
     writes = [ws for ws in wop.writes() if ws.buffer in bufs]
     reads = [(i, rs) for i, rs in enumerate(rop.reads()) if rs.buffer in bufs]
     if len(writes) != 1 or not reads:

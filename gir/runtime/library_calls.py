@@ -107,8 +107,8 @@ def _time(probe: BasicGraph) -> float:
 
 def _cold_seconds(probe: BasicGraph) -> float:
     """One call's time with its weights out of every cache: a primitive per weight copy, as
-    many as twice the last-level cache holds (1 GiB at most), called in turn (the fastest of several rounds,
-    per call). A bytes-bound call timed on one weight, which the cache then holds, measured
+    many as twice the last-level cache holds (1 GiB at most), called in turn (the fastest of
+    several rounds, per call). A bytes-bound call timed on one weight, which the cache then holds, measured
     3x its rate from DRAM (GPT-2's decode GEMVs ran 1.3x slower in oneDNN than in GIR's
     kernels on an AMD EPYC guest, where the warm probe had oneDNN ahead)."""
     import time
@@ -127,10 +127,8 @@ def _cold_seconds(probe: BasicGraph) -> float:
         made.append(m)
     # every operand its own zeroed array per primitive: a plain-layout weight is read from the
     # pointer given at the call, a reordered one from the primitive's copy; either way apart
-    arrays = [[None if t is None else onednn.aligned_bytes(tensors[t].size * 4) for t in m.operands] for m in made]
-    for a in (a for row in arrays for a in row if a is not None):
-        a[:] = 0
-    ptrs = [[None if a is None else a.ctypes.data for a in row] for row in arrays]
+    operands = [onednn.zeroed_operands(m, tensors) for m in made]  # (arrays kept alive, addresses)
+    ptrs = [p for _, p in operands]
     out = onednn.aligned_bytes(tensors[op.outputs[0]].size * 4)
     best = float("inf")
     for i in range(REPEATS + 1):

@@ -289,6 +289,16 @@ def _macs(op: BasicOp, tensors: dict) -> int:
     return y.size * (a.shape[-1] if a.shape else 1)
 
 
+def zeroed_operands(made: DnnlOp, tensors: dict) -> tuple[list, list]:
+    """(arrays, addresses) of zeroed operands for a timing call of `made` (None where absent);
+    the arrays must outlive the calls."""
+    arrays = [None if t is None else aligned_bytes(tensors[t].size * 4) for t in made.operands]
+    for a in arrays:
+        if a is not None:
+            a[:] = 0
+    return arrays, [None if a is None else a.ctypes.data for a in arrays]
+
+
 def timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2, asleep: bool = False) -> float:
     """Fastest of `repeat` runs (after one) on zeroed operands. `asleep`: the op runs after
     one-thread work (a one-thread kernel or op before it in the run), so a choice that forks the
@@ -298,12 +308,8 @@ def timed(made: DnnlOp, op: BasicOp, tensors: dict, repeat: int = 2, asleep: boo
     (session 24). After a kernel that forks, the pool is awake and back to back is right."""
     import time
     asleep = asleep and not made.threads and library().gir_dnnl_pool() > 1
-    arrays = [None if t is None else aligned_bytes(tensors[t].size * 4) for t in made.operands]
-    for a in arrays:
-        if a is not None:
-            a[:] = 0
+    arrays, ptrs = zeroed_operands(made, tensors)
     out = aligned_bytes(tensors[op.outputs[0]].size * 4)
-    ptrs = [None if a is None else a.ctypes.data for a in arrays]
     best = float("inf")
     for i in range(repeat + 1):
         if asleep:
