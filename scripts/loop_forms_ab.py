@@ -10,7 +10,10 @@ load reading it in its own loop (gir/ir/streams.py `loaded_as_product`) against 
 first. `--baseline seed`: an unrolled reduction's partials starting as their first element
 (gir/backends/across_units.py) against starting at the identity. `--baseline escaping`: element
 loops fused where an array they write is still read after them (gir/backends/loop_fusion.py
-`_gains`) against left apart. Each zoo model's native CPU session is built twice in one process
+`_gains`) against left apart. `--baseline products`: a window sum's products streamed into its
+partials as fused multiply-adds (gir/backends/across_units.py `_fused_products`) against computed
+first; `--baseline hoisting`: channel-lane kernels built with gcc's loop-invariant motion and
+partial redundancy elimination off (gir/backends/channel_lanes.py) against on. Each zoo model's native CPU session is built twice in one process
 from the same plan (the baselines change the C source or its build, not the plan), every GIR
 kernel of both timed alone (gir.runtime.profile), the two profiled in turn three times (a
 sequential A/B showed drift as losses of 30% on kernels an interleaved A/B of the same C found
@@ -50,6 +53,8 @@ BASELINES = {
     "loads": [(CpuEmitter, "inline_loads", False)],
     "seed": [(CpuEmitter, "seed_partials", False)],
     "escaping": [(CpuEmitter, "fuse_escaping", False)],
+    "products": [(CpuEmitter, "fuse_products", False)],
+    "hoisting": [(CpuEmitter, "launch_bounds", lambda self, k: "")],
 }
 
 
@@ -69,7 +74,7 @@ def baseline_session(model, baseline: str = "forms"):
 def rewritten_kernels(before_s, after_s) -> list[str]:
     """Kernels whose C differs between the two sessions (none for a baseline that changes the
     build only): where a speed-up can come from; elsewhere a difference is the machine's noise."""
-    kernels = lambda s: dict(re.findall(r"(?ms)^void (\w+)\((.*?)^}$", s.engine.emitted[0]))  # noqa: E731
+    kernels = lambda s: {m[1]: m[0] for m in re.findall(r"(?ms)^(void (?:GIR_ONE_VECTOR )?(\w+)\(.*?^}$)", s.engine.emitted[0])}  # noqa: E731
     before = kernels(before_s)
     return sorted(name for name, body in kernels(after_s).items() if before.get(name) != body)
 
@@ -122,7 +127,9 @@ def main():
             "rows": "element loops that index by row split into rows against left flat",
             "loads": "reductions reading their DRAM rows in their own loop against a stack copy first",
             "seed": "unrolled reductions' partials seeded by their first element against the identity",
-            "escaping": "element loops fused where an array they write outlives them against left apart"}[args.baseline]
+            "escaping": "element loops fused where an array they write outlives them against left apart",
+            "products": "window sums' products streamed as fused multiply-adds against computed first",
+            "hoisting": "channel-lane kernels without gcc's hoisting of uniform loads against with it"}[args.baseline]
     lines = [f"# CPU kernels: {what}\n",
              f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
              f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "

@@ -269,9 +269,14 @@ def test_an_involution_runs_lanes_on_channels_and_matches_onnxruntime():
     X = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
     np.testing.assert_allclose(session.run(None, {"x": X})[0], want, rtol=1e-5, atol=1e-5)
-    # the 49 taps' sum runs in 8 partials, each starting as its first tap (no add of 0.0f)
+    # the 49 taps' sum runs in 8 partials, each starting as its first tap (no add of 0.0f),
+    # the other taps fused multiply-adds into them, no array of products before them, and
+    # the kernel built without gcc's hoisting of its uniform loads (GIR_ONE_VECTOR)
     source = session.engine.emitted[0]
     assert re.search(r"float acc7 = \S", source) and not re.search(r"acc\d = 0\.0f", source)
+    assert re.search(r"acc\d = GIR_FMA\(r_\w+, r_\w+, acc\d\);", source)
+    assert not re.search(r"const float t0 = r_\w+ \* r_\w+;", source)
+    assert re.search(r"^void GIR_ONE_VECTOR \w+\(", source, re.M)
 
 
 def test_the_channel_lane_form_is_exercised():
@@ -297,7 +302,7 @@ def test_a_conv_from_one_input_channel_over_long_rows_keeps_the_row_form(tmp_pat
         folder = tmp_path / str(lanes_on_channels)
         folder.mkdir()
         source = _compiled_source(model, folder)
-        assert "void Conv_0_mul_Conv_0_sum" in source  # the conv is a GIR kernel, not a library call
+        assert re.search(r"^void (GIR_ONE_VECTOR )?Conv_0_mul_Conv_0_sum", source, re.M)  # a GIR kernel, not a library call
         assert ("c_lo" in source) == lanes_on_channels and "#pragma omp simd" in source
         shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
         x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
@@ -390,3 +395,35 @@ def test_too_few_rows_are_cut_into_pieces_for_the_threads(shape):
     assert f"for (int t = 0; t < {rows * pieces}; ++t)" in source, source[:800]
     x = np.random.default_rng(5).normal(0, 2, shape).astype(np.float32)
     compare(cpu.run(cand.graph, {"x": x}), run(cand.graph, {"x": x}).outputs, f"erf {shape}")
+
+
+def _product_and_sum(between=(), expr=None, dtype="float32"):
+    """(emitter, kernel-like, ops): a = x, b = w, p = a * b (or `expr`), then `between`, then
+    s = sum(p): the shape of a window's taps, for `_fused_products`."""
+    from types import SimpleNamespace
+
+    from gir.ir.expr import Input
+    from gir.ir.gops import Elementwise, Move, Reduce
+    from gir.ir.slices import Slice
+    reg = lambda name: Slice.flat(name, 0, 4)  # noqa: E731
+    levels = {"x": "dram", "w": "dram", "a": "register", "b": "register", "p": "register", "s": "register"}
+    k = SimpleNamespace(buffers={n: SimpleNamespace(level=lv, dtype=dtype) for n, lv in levels.items()})
+    product = Elementwise(expr=expr if expr is not None else Input(0) * Input(1), inputs=(reg("a"), reg("b")), out=reg("p"))
+    ops = [Move(src=Slice.flat("x", 0, 4), dst=reg("a")), Move(src=Slice.flat("w", 0, 4), dst=reg("b")), product,
+           *between, Reduce(op="sum", src=reg("p"), dst=Slice.flat("s", 0, 1))]
+    return CpuEmitter(CPU), k, ops
+
+
+def test_a_window_sum_computes_its_products_as_fused_multiply_adds_only_where_safe():
+    """The sum reads the product's operands where the product would have: only where nothing
+    between them writes those operands, the product is a plain float32 multiply and the sum
+    alone reads it (anything else keeps the products computed first)."""
+    from gir.ir.expr import Input
+    from gir.ir.gops import Move
+    from gir.ir.slices import Slice
+    emitter, k, ops = _product_and_sum()
+    assert [id(e) for e in emitter._fused_products(k, ops).values()] == [id(ops[2])]
+    overwrite = Move(src=Slice.flat("x", 4, 4), dst=Slice.flat("a", 0, 4))
+    for emitter, k, ops in (_product_and_sum(between=[overwrite]), _product_and_sum(expr=Input(0) + Input(1)),
+                            _product_and_sum(dtype="float16")):
+        assert emitter._fused_products(k, ops) == {}

@@ -29,7 +29,9 @@ from gir.ir import DRAM, REGISTER
 from gir.ir.across_units import channel_lanes, merges_rows, reads_what_it_writes, splits_rows
 from gir.ir.across_units import vectorises_across_units as takes_form
 from gir.ir.affine import Affine, var
-from gir.ir.gops import Reduce
+from gir.ir.expr import Call, Input
+from gir.ir.gops import Elementwise, Reduce
+from gir.ir.streams import buffer_users
 
 from .channel_lanes import ChannelLanes
 from .cstyle import Elem, Idx, add_c, affine_c, block, guarded, and_c
@@ -99,6 +101,7 @@ class AcrossUnits(ChannelLanes):
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
         ops = [op for _, op in k.ops]
         self.staging = channel_lanes(ops, k.prim, k.buffers)
+        self.fused = self._fused_products(k, ops) if self.fuse_products else {}
         self.merged = not self.staging and merges_rows(ops, k.prim, k.buffers)
         n = self._row_length(k)
         # a merged row is not padded: padded to 16 lanes a 7x7 plane's 3x3 conv ran 1.5x slower
@@ -379,6 +382,49 @@ class AcrossUnits(ChannelLanes):
     PARTIALS = 8
     seed_partials = True  # False: each partial starts at the identity (an A/B baseline)
 
+    fuse_products = True  # False: a sum's products computed first, then summed (an A/B baseline)
+
+    def _fused_products(self, k: Kernel, ops) -> dict:
+        """id(sum) -> the product of two float32 operands that it alone reads, where the sum
+        can compute it itself: partial = GIR_FMA(a, b, partial), tap after tap. Computing all
+        of a window's products first and summing them after held 49 products live at once
+        (spilled) and, with each weight a broadcast of its own, cost RedNet-50's 7x7
+        involution more than its arithmetic; streamed, each weight's broadcast folds into its
+        fused multiply-add (AVX-512 embedded broadcast). Where no op between the two writes
+        what the product reads, reading its operands at the sum reads the same values."""
+        writers, readers = buffer_users(ops)
+        where = {id(op): i for i, op in enumerate(ops)}
+        fused = {}
+        for r in ops:
+            if not isinstance(r, Reduce) or r.op != "sum" or k.buffers[r.src.buffer].level != REGISTER:
+                continue
+            (e, *more) = writers.get(r.src.buffer, [None])
+            if more or not isinstance(e, Elementwise) or readers.get(r.src.buffer) != [r] or not self._same_elements(e.out, r.src):
+                continue
+            if not (isinstance(e.expr, Call) and e.expr.op == "mul" and all(isinstance(a, Input) for a in e.expr.args)):
+                continue
+            slices = (*e.inputs, e.out, r.src, r.dst)
+            if e.compute_dtype != "float32" or any(k.buffers[s.buffer].dtype != "float32" for s in slices):
+                continue
+            if any(s.is_masked for s in (*e.inputs, e.out, r.src)):
+                continue
+            read = {s.buffer for s in e.inputs}
+            between = ops[where[id(e)] + 1:where[id(r)]]
+            if any(w.buffer in read for op in between for w in op.writes()):
+                continue
+            fused[id(r)] = e
+        return fused
+
+    def op_Elementwise(self, op) -> list[str]:
+        if getattr(self, "across", False) and any(e is op for e in self.fused.values()):
+            return []  # computed by the sum that reads it (_fused_products)
+        return super().op_Elementwise(op)
+
+    def _fused_term(self, e: Elementwise, element: int, partial: str | None) -> str:
+        """Element `element` of product e added to `partial` (None: the product alone)."""
+        a, b = (self.load(e.inputs[arg.index], constant(element), None)[0] for arg in e.expr.args)
+        return f"{a} * {b}" if partial is None else f"GIR_FMA({a}, {b}, {partial})"
+
     def op_Reduce(self, op: Reduce) -> list[str]:
         """Each output's group unrolled: element g joins partial g % PARTIALS (at least two
         elements each), and the partials combine pairwise, so that the chain of dependent
@@ -398,10 +444,16 @@ class AcrossUnits(ChannelLanes):
                 continue
             seeded = self.seed_partials
             lines = [] if seeded else [f"{self.ctype(acc)} " + ", ".join(f"{n} = {ident}" for n in names) + ";"]
+            product = self.fused.get(id(op))
             for g in range(op.group):
+                n = names[g % parts]
+                if product is not None:
+                    first = seeded and g < parts
+                    term_ = self._fused_term(product, k * op.group + g, None if first else n)
+                    lines.append(f"{self.ctype(acc)} {n} = {term_};" if first else f"{n} = {term_};")
+                    continue
                 x, ok = self.load(op.src, constant(k * op.group + g), None)
                 x = term(x) if not ok else f"{and_c(ok)} ? {term(x)} : {ident}"
-                n = names[g % parts]
                 if seeded and g < parts:
                     lines.append(f"{self.ctype(acc)} {n} = {x};")
                 else:
