@@ -115,7 +115,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert len(lines) == (14 if onednn.library() else 11) and cal.dependent_cycles > 0 and cal.copy_bandwidth > 0 and cal.unit_bandwidth > 0 and cal.launch_s > 0 and cal.issue_per_s > 0
     assert cal.wake_s > 0 and cal.spin_s > 0 and cal.warm_bandwidth > 0 and cal.warm_unit_bandwidth > 0
     assert cal.hot_unit_bandwidth > 0
-    assert 1.0 <= cal.stream_gain <= 2.0
+    assert 1.0 <= cal.stream_gain <= 2.0 and 0.25 <= cal.adjacent_stream_gain <= 2.0
     # every math op the probes cover is measured, and an op the compiler vectorises (div) costs
     # less per element than a libm call it cannot (tanh)
     assert set(cal.op_costs) == set(calibration.OP_PROBES.values())
@@ -128,6 +128,7 @@ def test_calibration_is_measured_stored_by_cpu_and_used_by_the_cpu_target(tmp_pa
     assert after.timing.wake_s == cal.wake_s and dict(after.timing.op_cost) == cal.op_costs
     assert after.timing.spin_s == cal.spin_s and after.timing.warm_bandwidth == cal.warm_bandwidth
     assert after.timing.stream_gain == cal.stream_gain and after.timing.hot_unit_bandwidth == cal.hot_unit_bandwidth
+    assert after.timing.adjacent_stream_gain == cal.adjacent_stream_gain
     assert after.extra.get("library_calls") == cal.library_calls  # None without oneDNN: no library model
     assert (cal.library_calls is None) == (onednn.library() is None)
     assert repr(after) != repr(before)  # the plan cache's key changes with the figures

@@ -38,7 +38,7 @@ def _gemv(k: int, n: int, seed: int = 0):
 def _one_row_kernel(model, target=CPU):
     """The GEMV group's kernel with one output per unit (the templates' first structure), as
     the planner builds it without spreading."""
-    flat = replace(target, timing=replace(target.timing, stream_gain=1.0))
+    flat = replace(target, timing=replace(target.timing, stream_gain=1.0, adjacent_stream_gain=1.0))
     (step,) = [s for s in plan(load(model), flat, limit=1).steps if hasattr(s, "graph")]
     if target is CPU:
         assert step.graph.prim.grid[-1] == model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
@@ -122,9 +122,23 @@ def test_adjacent_rows_stream_the_pages_they_span_side_by_side():
     interior, border = source.split("} else {", 1)
     assert "part[k][j] = part[k][j] +" in interior and "768*k + g]" in interior
     assert "part[k][j]" not in border  # the last unit: masked, one output at a time
-    gained = replace(CPU, timing=replace(CPU.timing, stream_gain=1.3))
+    gained = replace(CPU, timing=replace(CPU.timing, stream_gain=1.3, adjacent_stream_gain=1.3))
     g.target = gained
     assert [(c.rows, c.adjacent) for c in spread_choices(g)] == [(4, True), (8, True)]
+
+
+def test_adjacent_rows_that_measured_slower_are_neither_offered_nor_modelled_faster():
+    """A CPU whose calibration ran eight adjacent rows slower than one (0.68x on an AMD EPYC
+    VM, while rows an eighth apart gained 1.10x): the planner offers no adjacent spread, and
+    the model charges an adjacent-row unit's stream below one row's rate."""
+    g = _one_row_kernel(_gemv(768, 250))
+    spread = spread_units(g, 8, adjacent=True)
+    slower = replace(CPU, timing=replace(CPU.timing, stream_gain=1.1, adjacent_stream_gain=0.68))
+    g.target = spread.target = slower
+    assert spread_choices(g) == []
+    assert estimate(spread).parts["latency"] > estimate(g).parts["latency"]
+    spread.target = replace(slower, timing=replace(slower.timing, adjacent_stream_gain=1.3))
+    assert estimate(spread).parts["latency"] < estimate(g).parts["latency"]
 
 
 def test_spread_units_decline_what_they_cannot_spread():
@@ -144,7 +158,7 @@ def test_the_model_charges_spread_rows_at_the_calibrated_gain():
     assert all(estimate(c.graph).parts["latency"] < estimate(g).parts["latency"] for c in choices)
     assert stream_factor(1, 1.3) == 1.0 and stream_factor(8, 1.3) == pytest.approx(1.3)
     assert stream_factor(4, 1.3) == pytest.approx(1 + 0.3 * 3 / 7)
-    g.target = replace(CPU, timing=replace(CPU.timing, stream_gain=1.0))
+    g.target = replace(CPU, timing=replace(CPU.timing, stream_gain=1.0, adjacent_stream_gain=1.0))
     assert spread_choices(g) == []  # a machine that gains nothing never spreads
 
 

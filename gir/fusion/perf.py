@@ -34,7 +34,7 @@ from gir.ir.across_units import vectorises_across_units
 from gir.ir.transpose_tiles import transpose_copy
 from gir.ir.one_thread import runs_on_one_thread
 from gir.ir.stretches import kernel_dram_buffers, kernel_stretches
-from gir.ir.streams import column_products, inlined_products, stream_factor, unit_streams
+from gir.ir.streams import column_products, inlined_products, rows_adjacent, stream_factor, unit_streams
 from gir.ir.cost import accesses as accesses_at
 from gir.ir.cost import dram_footprint_by_buffer, level_bytes, valid_count
 from gir.ir.dtypes import itemsize
@@ -289,7 +289,8 @@ def _estimate(graph: GIRGraph, unique: int, by_buffer: dict, traffic: dict, regi
         # are loads in the issue term); across units, a row's neighbouring windows overlap in L1.
         # What the last-level cache holds streams at its own rate.
         # rows a unit streams side by side keep more misses in flight (gir/ir/streams.py)
-        stream_bw = tm.unit_bandwidth * stream_factor(program.streams, tm.stream_gain)
+        gain = tm.adjacent_stream_gain if program.adjacent else tm.stream_gain
+        stream_bw = tm.unit_bandwidth * stream_factor(program.streams, gain)
         latency_s = (cold + rereads - warm_rereads) / (concurrent_units * stream_bw)
         if llc or warm_rereads:
             latency_s += (llc + warm_rereads) / (concurrent_units * tm.warm_unit_bandwidth)
@@ -413,6 +414,7 @@ class _Program:
     chain: float = 0.0                # dependent steps per unit, when its elements overlap each other
     sector_waste: int = 0             # bytes one unit's DRAM accesses move in granules they leave unused
     streams: int = 1                  # CPU: DRAM streams one unit reads side by side (gir/ir/streams.py)
+    adjacent: bool = False            # CPU: those streams are adjacent rows, under a page apart (ditto)
     unstored: frozenset = frozenset()  # CPU: register buffers the emitter never materialises (ditto)
     rows_in_lanes: bool = False       # CPU: a Reduce whose lanes each reduce a row of their own
     gathers: bool = False             # CPU: a load that gathers an element an instruction (`_gathered`)
@@ -446,8 +448,8 @@ def _program(graph: GIRGraph, across: bool = False) -> _Program:
     p.unstored = frozenset(s.buffer for r, e, loads in (*products, *in_lanes) for s in (r.src, *(m.dst for m in loads)))
     if cpu:
         p.unstored |= _scalarized(ops, buffers)
-    if t.timing.stream_gain > 1:
-        p.streams = unit_streams(products, buffers)
+    if t.timing.stream_gain != 1 or t.timing.adjacent_stream_gain != 1:
+        p.streams, p.adjacent = unit_streams(products, buffers), rows_adjacent(products, buffers)
 
     def per_lane(op, s) -> int:
         return s.size if op.uniform else ceil(s.size / lanes)

@@ -21,6 +21,8 @@ last unit's surplus rows masked by the limit n - rows*q on the new dimension; ad
 a GEMV lie one row apart, and the time model counts the pages they span as their streams
 (gir/ir/streams.py: 768-float rows from DRAM, 8 adjacent, 1.09x one thread and 1.19x two, against
 1.16x and 1.27x for rows an eighth apart; results/gemv_streams.md, one run on a 2-core Intel VM).
+An AMD EPYC VM ran the adjacent form at 0.72x and 0.80x (results/gemv_streams_epyc.md): its gain
+is measured apart (`adjacent_stream_gain`) and the form offered only where it is over 1.
 """
 from __future__ import annotations
 
@@ -105,13 +107,14 @@ class Spread(NamedTuple):
 def spread_choices(graph: GIRGraph) -> list[Spread]:
     """The spread forms of `graph` that walk more than one DRAM stream at a time: on CPU
     targets whose calibration says a thread gains from it. Rows a fraction of the grid apart
-    where they divide it, else adjacent rows."""
-    if graph.target.timing.stream_gain <= 1:
-        return []
+    where they divide it, else adjacent rows; each where its own measured gain is over 1
+    (`stream_gain`, `adjacent_stream_gain`: an AMD EPYC VM ran adjacent rows slower)."""
+    timing = graph.target.timing
     out = []
     for rows in SPREAD_ROWS:
-        for adjacent in (False, True):
-            g = spread_units(graph, rows, adjacent)
+        g = None
+        for adjacent, gain in ((False, timing.stream_gain), (True, timing.adjacent_stream_gain)):
+            g = spread_units(graph, rows, adjacent) if gain > 1 else None
             if g is not None:
                 break
         if g is not None and unit_streams(inlined_products([op for _, op in g.ops()], g.buffers), g.buffers) > 1:

@@ -158,9 +158,26 @@ def unit_streams(products, buffers) -> int:
     return max([row_streams(r, loads, buffers) for r, _, loads in products], default=1)
 
 
+def rows_adjacent(products, buffers) -> bool:
+    """The rows a unit walks side by side lie under a page apart (adjacent rows of one matrix,
+    not rows a fraction of it apart). A CPU's prefetchers take the two differently: eight
+    adjacent 768-float GEMV rows ran 1.09x one row's rate on an Intel Xeon VM but 0.72x on an
+    AMD EPYC (Zen 4) VM, where eight rows an eighth of the matrix apart ran 1.17x
+    (scripts/gemv_streams.py, one thread); `gir calibrate` measures both gains."""
+    for r, _, loads in products:
+        if not interleaves(r):
+            continue
+        for m in loads:
+            lead = [(n, st) for n, st in zip(m.src.shape, m.src.strides) if n > 1][:1]
+            if lead and lead[0][0] == r.dst.size and abs(lead[0][1]) * itemsize(buffers[m.src.buffer].dtype) < PAGE_BYTES:
+                return True
+    return False
+
+
 def stream_factor(streams: int, gain: float) -> float:
     """One thread's DRAM rate with `streams` side by side over its rate with one: `gain` (what
-    `gir calibrate` measured at GAINFUL_STREAMS) reached linearly."""
-    if streams <= 1 or gain <= 1:
+    `gir calibrate` measured at GAINFUL_STREAMS) reached linearly; under 1 where the form
+    measured slower (adjacent rows on some CPUs)."""
+    if streams <= 1:
         return 1.0
     return 1 + (gain - 1) * min(streams - 1, GAINFUL_STREAMS - 1) / (GAINFUL_STREAMS - 1)

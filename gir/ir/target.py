@@ -80,6 +80,8 @@ class Timing:
     hot_unit_bandwidth: float = 0.0  # CPU: bytes/s, read + write, one thread, of buffers held there
     stream_gain: float = 1.0         # CPU: one thread's GEMV rate with 8 rows side by side over a row at a
                                      # time (gir/ir/streams.py); 1: not modelled
+    adjacent_stream_gain: float = 1.0  # CPU: the same with 8 adjacent rows (under a page apart), which
+                                     # some CPUs' prefetchers take worse than one row (gir/ir/streams.py)
     sector_bytes: int = 0            # GPU: the granule one access moves between DRAM, L2 and L1 (a warp
                                      # access touching more granules than its bytes fill moves the rest
                                      # through the cache too); 0: not modelled

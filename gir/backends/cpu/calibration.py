@@ -115,6 +115,8 @@ class Calibration:
     op_costs: dict | None = None      # unit-instructions per element of each math op, as GIR's kernels run it
     # since session 24
     stream_gain: float = 0.0          # one thread's GEMV rate, eight rows side by side over one (gir/ir/streams.py)
+    # since session 36
+    adjacent_stream_gain: float = 0.0  # the same, eight adjacent rows (under a page apart)
     # since session 27
     hot_unit_bandwidth: float = 0.0   # bytes/s, read + write, one thread, arrays in its core's own cache (L2)
     # since session 34
@@ -130,6 +132,7 @@ class Calibration:
                        warm_unit_bandwidth=self.warm_unit_bandwidth or nominal.warm_unit_bandwidth,
                        op_cost=tuple(sorted((self.op_costs or {}).items())) or nominal.op_cost,
                        stream_gain=self.stream_gain or nominal.stream_gain,
+                       adjacent_stream_gain=self.adjacent_stream_gain or nominal.adjacent_stream_gain,
                        hot_unit_bandwidth=self.hot_unit_bandwidth or nominal.hot_unit_bandwidth,
                        source=f"measured by `gir calibrate` on this CPU ({self.measured_at}); latency nominal")
 
@@ -240,8 +243,8 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
     hot = (core_cache_bytes() or 1 << 20) // 4  # per array: the pair fills half a core's own cache, as hot_bytes does
     hot_one = 2 * hot * HOT_REPEATS / _best_of(copy(1, hot // 4, HOT_REPEATS), repeats)
     progress(f"copy of {hot >> 10} KiB in a core's own cache: {hot_one / 1e9:.1f} GB/s with one thread")
-    gain = _stream_gain(lib, repeats)
-    progress(f"GEMV, 1 thread, eight rows side by side: {gain:.2f}x a row at a time")
+    gain, adjacent_gain = _stream_gains(lib, repeats)
+    progress(f"GEMV, 1 thread, eight rows side by side: {gain:.2f}x a row at a time ({adjacent_gain:.2f}x eight adjacent rows)")
     costs = _op_costs(repeats, issue)
     progress("math ops, unit-instructions per element: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()))
     from gir.runtime import library_calls
@@ -250,21 +253,24 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,
                        warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain,
-                       hot_unit_bandwidth=hot_one, library_calls=calls)
+                       adjacent_stream_gain=adjacent_gain,                       hot_unit_bandwidth=hot_one, library_calls=calls)
 
 
 def one_row_gemv_target():
     """The local CPU target planning GEMVs a row at a time (no spreading): the probe's baseline."""
     from .target import local_cpu
     base = local_cpu()
-    return replace(base, timing=replace(base.timing, stream_gain=1.0))
+    return replace(base, timing=replace(base.timing, stream_gain=1.0, adjacent_stream_gain=1.0))
 
 
-def _stream_gain(lib, repeats: int) -> float:
+def _stream_gains(lib, repeats: int) -> tuple[float, float]:
     """GIR's own GEMV kernel (768 x 3072) over STREAM_BYTES of weight matrices in turn, on one thread:
     its rate with eight rows an eighth of the matrix apart side by side (gir/fusion/spread.py,
-    the emitter's interleaved loop) over its rate a row at a time. At least 1 (a machine whose
-    one stream already saturates gains nothing: the planner then never spreads), at most 2. A
+    the emitter's interleaved loop) over its rate a row at a time, at least 1 (a machine whose
+    one stream already saturates gains nothing: the planner then never spreads) and at most 2;
+    and the same with eight adjacent rows, at least 0.25 (the time model charges adjacent rows
+    that measured slower at their rate: an AMD EPYC VM ran them at 0.72x, where rows apart
+    gained 1.17x; scripts/gemv_streams.py). A
     hand-written C probe would not do: a plain sum of rows gained nothing where GIR's GEMV
     gained 1.15x, and the same loops ran from 0.5x to 1.2x the one-row rate depending on how
     gcc compiled them (results/gemv_streams.md)."""
@@ -279,7 +285,11 @@ def _stream_gain(lib, repeats: int) -> float:
     from gir.fusion.spread import gemv_forms
     target, forms = gemv_forms(one_row_gemv_target(), k, n, (ROWS,))
     if ROWS not in forms:
-        return 1.0
+        return 1.0, 1.0
+    from gir.fusion.spread import spread_units
+    adjacent = spread_units(forms[1], ROWS, adjacent=True)
+    if adjacent is not None:
+        forms["adjacent"] = adjacent
     emitter, kernels = CpuEmitter(target), {}
     sources = [emitter.prelude()]
     for rows, g in forms.items():
@@ -304,7 +314,8 @@ def _stream_gain(lib, repeats: int) -> float:
             rates[rows] = 1 / _best_of(run, repeats)
     finally:
         lib.gir_cal_threads(pool)
-    return round(min(max(rates[ROWS] / rates[1], 1.0), 2.0), 3)
+    adjacent_gain = rates["adjacent"] / rates[1] if "adjacent" in rates else 1.0
+    return round(min(max(rates[ROWS] / rates[1], 1.0), 2.0), 3), round(min(max(adjacent_gain, 0.25), 2.0), 3)
 
 
 def _spin_s(lib, scratch, threads: int, launch: float, wake: float, repeats: int) -> float:
