@@ -211,7 +211,9 @@ class Builder:
         if (self.fold or kind == "view") and all(t.value is not None for t in ins):
             check_tensor(f"{self.node.model}: {self.node.origin}", name, shape, fold=kind != "view")
             value = execute_op(op, self.graph.tensors, [t.value for t in ins])
-            self.graph.tensors[name].value = np.array(value)
+            # a view of a constant shares its memory (GPT-2's lm_head reads the embedding's
+            # 154 MB weight, which the Gather reads too: copied, the session held it twice)
+            self.graph.tensors[name].value = np.asarray(value) if kind == "view" else np.array(value)
         else:
             self.ops.append(op)
         return name
