@@ -649,3 +649,27 @@ def test_a_view_of_a_constant_shares_its_memory():
     got = run_reference(g, feeds)
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got["g"], want[1])
+
+
+def test_a_tied_weight_transposed_twice_is_one_array_in_the_session():
+    """GPT-2's lm_head: Gemm(x, wte, transB=1) beside Gather(wte). The transpose folds as a
+    strided view of wte, and the matmul's weight, stored transposed for the reduction, is that
+    view transposed back: wte's own memory, not a third copy (the session held 154 MB twice)."""
+    import gir
+    w = rnd(40, 16)
+    model = h.make_model(h.make_graph(
+        [h.make_node("Gemm", ["x", "w"], ["y"], transB=1), h.make_node("Gather", ["w", "i"], ["g"])], "tied",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 16]), h.make_tensor_value_info("i", T.INT64, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 40]), h.make_tensor_value_info("g", T.FLOAT, [3, 16])],
+        [numpy_helper.from_array(w, "w")]), opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    g = load(model)
+    assert np.shares_memory(g.tensors["Gemm_0/transB"].value, g.tensors["w"].value)
+    np.testing.assert_array_equal(g.tensors["Gemm_0/transB"].value, w.T)
+    session = gir.Session(model, target="cpu", plan_cache=None)
+    weights = [v for v in session.engine.constants.values() if v.size == w.size]
+    assert len(weights) == 2 and np.shares_memory(*weights), list(session.engine.constants)
+    feeds = {"x": rnd(1, 16), "i": np.array([39, 0, 7], np.int64)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = session.run(None, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])

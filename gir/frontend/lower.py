@@ -71,7 +71,7 @@ def lower_matmul(op: BasicOp, graph: BasicGraph) -> list[BasicOp]:
     if weight is not None and n > 1 and k > 1:
         # A constant B is stored transposed, so the reduction over K reads contiguous memory
         # (a matrix-vector product's weight otherwise is read down its columns).
-        vb = b.constant(np.ascontiguousarray(np.swapaxes(weight, -1, -2)), b.dtype(vb), step="weight_T")
+        vb = b.constant(np.swapaxes(weight, -1, -2), b.dtype(vb), step="weight_T", shared=True)
         kt = contiguous_strides(b.shape(vb))
         lb = b.layout(vb, 0, full, sb_full + [0, kt[-2], kt[-1]], step="expand_b")
     else:

@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 from gir.ir.dtypes import DTypeError, DTYPES, np_dtype
 from gir.ir.expr import Const, Expr, Input, substitute
 
-from ..basic import BasicGraph, BasicOp, Tensor, compute_dtype, contiguous_strides, infer
+from ..basic import BasicGraph, BasicOp, Tensor, compute_dtype, contiguous_strides, infer, layout_bounds
 from ..errors import FrontendError, UnsupportedDtypeError
 from ..limits import check_tensor
 from ..reference import execute_op
@@ -189,10 +189,13 @@ class Builder:
         self.graph.tensors[name] = Tensor(name, shape, dtype, value)
         return name
 
-    def constant(self, value, dtype: str | None = None, step: str = "const", out: str | None = None) -> str:
+    def constant(self, value, dtype: str | None = None, step: str = "const", out: str | None = None,
+                 shared: bool = False) -> str:
+        """`shared`: value may be a view of another constant's memory, kept as it is where it is
+        already contiguous and of the dtype (a weight laid out back in its own order)."""
         arr = np.asarray(value)
         dtype = dtype or _dtype_of(arr, self.node)
-        arr = np.array(arr, dtype=np_dtype(dtype), order="C")
+        arr = np.ascontiguousarray(arr, np_dtype(dtype)) if shared else np.array(arr, dtype=np_dtype(dtype), order="C")
         return self._new_tensor(out, self._step_name(step), arr.shape, dtype, arr)
 
     def emit(self, kind: str, inputs: list[str], attrs: dict, *, step: str, out: str | None = None,
@@ -210,6 +213,10 @@ class Builder:
                      dict(attrs), self.node.origin)
         if (self.fold or kind == "view") and all(t.value is not None for t in ins):
             check_tensor(f"{self.node.model}: {self.node.origin}", name, shape, fold=kind != "view")
+            strided = _strided_view(ins[0].value, attrs) if kind == "layout" else None
+            if strided is not None:
+                self.graph.tensors[name].value = strided.reshape(shape)
+                return name
             value = execute_op(op, self.graph.tensors, [t.value for t in ins])
             # a view of a constant shares its memory (GPT-2's lm_head reads the embedding's
             # 154 MB weight, which the Gather reads too: copied, the session held it twice)
@@ -283,6 +290,22 @@ class Builder:
 
     def copy(self, x: str, out: str, step: str = "identity") -> str:
         return self.view(x, self.shape(x), step=step, out=out)
+
+
+def _strided_view(v: np.ndarray, attrs: dict) -> np.ndarray | None:
+    """The layout `attrs` of constant `v` as a read-only strided view of v's memory (a transpose
+    or slice of a weight folds without a copy: GPT-2's lm_head transposed its 154 MB embedding
+    twice, transB and then `weight_T`, each a copy), or None where v is not one contiguous
+    block, or the layout repeats an element (a stride 0 over more than one), steps backwards or
+    reads outside v (the reference's gather then does it, or raises)."""
+    shape, strides, offset = tuple(attrs["shape"]), tuple(attrs["strides"]), int(attrs["offset"])
+    if not v.flags.c_contiguous or math.prod(shape) == 0 or any(st < 0 or st == 0 and n > 1 for n, st in zip(shape, strides)):
+        return None
+    lo, hi = layout_bounds(attrs)
+    if lo < 0 or hi >= v.size:
+        return None
+    return np.lib.stride_tricks.as_strided(v.reshape(-1)[offset:], shape, tuple(st * v.itemsize for st in strides),
+                                           writeable=False)
 
 
 def _is_contiguous(shape, strides) -> bool:
