@@ -122,11 +122,12 @@ def spread_choices(graph: GIRGraph) -> list[Spread]:
     return out
 
 
-def gemv_forms(target, k: int, n: int, spreads: tuple) -> tuple:
+def gemv_forms(target, k: int, n: int, spreads: tuple, adjacent: bool = False) -> tuple:
     """(target, {rows: GIR graph}) of x[1, k] @ W[k, n] as the planner builds it for `target` a row
     at a time (rows 1: the templates' first structure, one output a unit) and `spread_units` of it
-    with each of `spreads` rows a unit where that applies: the kernels the CPU calibration's
-    stream-gain probe and scripts/gemv_streams.py time (give a target whose stream_gain is 1)."""
+    with each of `spreads` rows a unit where that applies (`adjacent`: also the last of `spreads`
+    as adjacent rows, key "adjacent"): the kernels the CPU calibration's stream-gain probes and
+    scripts/gemv_streams.py time (give a target whose stream gains are 1)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -145,4 +146,6 @@ def gemv_forms(target, k: int, n: int, spreads: tuple) -> tuple:
         g = spread_units(step.graph, rows)
         if g is not None:
             forms[rows] = g
+    if adjacent and spreads and (g := spread_units(step.graph, spreads[-1], adjacent=True)) is not None:
+        forms["adjacent"] = g
     return target, forms

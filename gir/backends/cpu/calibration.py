@@ -277,25 +277,16 @@ def _stream_gains(lib, repeats: int) -> tuple[float, float]:
     from gir.backends.cpu.compiler import build
     from gir.backends.cpu.emitter import CpuEmitter
     from gir.backends.kernels import split_kernels
-    from gir.ir.streams import GAINFUL_STREAMS
+    from gir.fusion.spread import gemv_forms
+    from gir.ir.streams import GAINFUL_STREAMS as ROWS
 
     from .target import last_level_cache_bytes
-    ROWS = GAINFUL_STREAMS
     k, n = 768, 3072  # GPT-2's c_fc GEMV, over matrices in turn that together exceed the cache
-    from gir.fusion.spread import gemv_forms
-    target, forms = gemv_forms(one_row_gemv_target(), k, n, (ROWS,))
+    target, forms = gemv_forms(one_row_gemv_target(), k, n, (ROWS,), adjacent=True)
     if ROWS not in forms:
         return 1.0, 1.0
-    from gir.fusion.spread import spread_units
-    adjacent = spread_units(forms[1], ROWS, adjacent=True)
-    if adjacent is not None:
-        forms["adjacent"] = adjacent
-    emitter, kernels = CpuEmitter(target), {}
-    sources = [emitter.prelude()]
-    for rows, g in forms.items():
-        (kernel,) = split_kernels(g)
-        kernels[rows] = kernel
-        sources.append(emitter.kernel_source(kernel).replace(kernel.name, f"probe_rows{rows}"))
+    emitter, kernels = CpuEmitter(target), {rows: split_kernels(g)[0] for rows, g in forms.items()}
+    sources = [emitter.prelude(), *(emitter.kernel_source(kr).replace(kr.name, f"probe_rows{rows}") for rows, kr in kernels.items())]
     probes = build("\n".join(sources), "calibration_streams")
     # from DRAM (partly cached, it read 1.25-1.5x for 1.15-1.2x); at most 1 GiB held at once
     total = STREAM_BYTES or min(max(192 << 20, 2 * last_level_cache_bytes()), 1 << 30)
@@ -314,8 +305,7 @@ def _stream_gains(lib, repeats: int) -> tuple[float, float]:
             rates[rows] = 1 / _best_of(run, repeats)
     finally:
         lib.gir_cal_threads(pool)
-    adjacent_gain = rates["adjacent"] / rates[1] if "adjacent" in rates else 1.0
-    return round(min(max(rates[ROWS] / rates[1], 1.0), 2.0), 3), round(min(max(adjacent_gain, 0.25), 2.0), 3)
+    return round(min(max(rates[ROWS] / rates[1], 1.0), 2.0), 3), round(min(max(rates.get("adjacent", rates[1]) / rates[1], 0.25), 2.0), 3)
 
 
 def _spin_s(lib, scratch, threads: int, launch: float, wake: float, repeats: int) -> float:
