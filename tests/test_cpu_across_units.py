@@ -397,7 +397,7 @@ def test_too_few_rows_are_cut_into_pieces_for_the_threads(shape):
     compare(cpu.run(cand.graph, {"x": x}), run(cand.graph, {"x": x}).outputs, f"erf {shape}")
 
 
-def _product_and_sum(between=(), expr=None, dtype="float32"):
+def _product_and_sum(between=(), expr=None, dtype="float32", operand="a"):
     """(emitter, kernel-like, ops): a = x, b = w, p = a * b (or `expr`), then `between`, then
     s = sum(p): the shape of a window's taps, for `_fused_products`."""
     from types import SimpleNamespace
@@ -408,7 +408,8 @@ def _product_and_sum(between=(), expr=None, dtype="float32"):
     reg = lambda name: Slice.flat(name, 0, 4)  # noqa: E731
     levels = {"x": "dram", "w": "dram", "a": "register", "b": "register", "p": "register", "s": "register"}
     k = SimpleNamespace(buffers={n: SimpleNamespace(level=lv, dtype=dtype) for n, lv in levels.items()})
-    product = Elementwise(expr=expr if expr is not None else Input(0) * Input(1), inputs=(reg("a"), reg("b")), out=reg("p"))
+    product = Elementwise(expr=expr if expr is not None else Input(0) * Input(1), inputs=(reg(operand), reg("b")),
+                          out=reg("p"))
     ops = [Move(src=Slice.flat("x", 0, 4), dst=reg("a")), Move(src=Slice.flat("w", 0, 4), dst=reg("b")), product,
            *between, Reduce(op="sum", src=reg("p"), dst=Slice.flat("s", 0, 1))]
     return CpuEmitter(CPU), k, ops
@@ -416,8 +417,9 @@ def _product_and_sum(between=(), expr=None, dtype="float32"):
 
 def test_a_window_sum_computes_its_products_as_fused_multiply_adds_only_where_safe():
     """The sum reads the product's operands where the product would have: only where nothing
-    between them writes those operands, the product is a plain float32 multiply and the sum
-    alone reads it (anything else keeps the products computed first)."""
+    between them writes those operands, they are registers (a DRAM operand may carry a padded
+    row's lane mask), the product is a plain float32 multiply and the sum alone reads it
+    (anything else keeps the products computed first)."""
     from gir.ir.expr import Input
     from gir.ir.gops import Move
     from gir.ir.slices import Slice
@@ -425,5 +427,5 @@ def test_a_window_sum_computes_its_products_as_fused_multiply_adds_only_where_sa
     assert [id(e) for e in emitter._fused_products(k, ops).values()] == [id(ops[2])]
     overwrite = Move(src=Slice.flat("x", 4, 4), dst=Slice.flat("a", 0, 4))
     for emitter, k, ops in (_product_and_sum(between=[overwrite]), _product_and_sum(expr=Input(0) + Input(1)),
-                            _product_and_sum(dtype="float16")):
+                            _product_and_sum(dtype="float16"), _product_and_sum(operand="x")):
         assert emitter._fused_products(k, ops) == {}

@@ -406,8 +406,8 @@ class AcrossUnits(ChannelLanes):
             slices = (*e.inputs, e.out, r.src, r.dst)
             if e.compute_dtype != "float32" or any(k.buffers[s.buffer].dtype != "float32" for s in slices):
                 continue
-            if any(s.is_masked for s in (*e.inputs, e.out, r.src)):
-                continue
+            if any(s.is_masked or k.buffers[s.buffer].level != REGISTER for s in (*e.inputs, e.out, r.src)):
+                continue  # a DRAM operand may carry a padded row's lane mask the sum would not test
             read = {s.buffer for s in e.inputs}
             between = ops[where[id(e)] + 1:where[id(r)]]
             if any(w.buffer in read for op in between for w in op.writes()):
