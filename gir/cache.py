@@ -260,6 +260,46 @@ def trim(folder: Path, budget: int, keep: Path | None = None) -> int:
     return freed
 
 
+def _view_of(root, offset: int, shape: tuple, strides: tuple, dtype, writeable: bool):
+    """An array over `root`'s memory (what `_Pickler` stores for a view)."""
+    import numpy as np
+    view = np.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+    view.flags.writeable = writeable and root.flags.writeable
+    return view
+
+
+def _root_array(a):
+    """The array whose memory numpy view `a` lies in (through as_strided's stand-in too), or `a`."""
+    import numpy as np
+    base = a.base
+    while base is not None:
+        if isinstance(base, np.ndarray):
+            a, base = base, base.base
+        elif isinstance(getattr(base, "base", None), np.ndarray):
+            base = base.base
+        else:
+            break
+    return a
+
+
+class _Pickler(pickle.Pickler):
+    """Stores a numpy view of an array as that array (pickled once, by pickle's memo) and where in
+    it the view lies, so that arrays sharing memory share it when read back: GPT-2's lm_head
+    reads its 154 MB embedding through a view, which a plain pickle wrote, and a read mapped,
+    as a second copy. Only where the view covers at least half of its root (a small slice of a
+    large array keeps its own copy)."""
+
+    def reducer_override(self, obj):
+        import numpy as np
+        if type(obj) is not np.ndarray or obj.base is None or obj.dtype.hasobject or obj.size == 0:
+            return NotImplemented
+        root = _root_array(obj)
+        if root is obj or not root.flags.c_contiguous or 2 * obj.nbytes < root.nbytes:
+            return NotImplemented
+        offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return _view_of, (root, offset, obj.shape, obj.strides, obj.dtype, bool(obj.flags.writeable))
+
+
 class _Unpickler(pickle.Unpickler):
     def __init__(self, data, buffers, resolve):
         super().__init__(io.BytesIO(data), buffers=buffers)
@@ -339,7 +379,7 @@ class BufferStore(Store):
     def put(self, key, value, refer=None) -> None:
         self._read[key] = value
         buffers, head = [], io.BytesIO()
-        pickler = pickle.Pickler(head, protocol=5, buffer_callback=buffers.append)
+        pickler = _Pickler(head, protocol=5, buffer_callback=buffers.append)
         if refer is not None:
             pickler.persistent_id = refer
         pickler.dump(value)

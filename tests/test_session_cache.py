@@ -100,3 +100,25 @@ def test_the_session_store_keeps_its_budget_least_recently_used_first(tmp_path, 
     fresh = BufferStore("session", "test")
     assert fresh.get(2) is None and fresh.get(1)["weights"][0] == 1 and fresh.get(3)["weights"][0] == 3
     assert sum(p.stat().st_size for p in (cache_root() / "session").glob("*.pkl")) <= 600 * 1024
+
+
+def test_a_tied_weight_read_back_is_still_one_array(tmp_path, monkeypatch):
+    """GPT-2's lm_head: Gemm(x, wte, transB=1) beside Gather(wte) from a ModelProto (no file to
+    refer to). The matmul's weight is a view of the embedding; read back from the session cache
+    it is still that view (gir.cache's pickler stores a view as its array and where it lies),
+    not a second copy of the embedding."""
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))
+    w = np.random.default_rng(1).standard_normal((40, 16)).astype(np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1), helper.make_node("Gather", ["w", "i"], ["g"])], "tied",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16]), helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 40]), helper.make_tensor_value_info("g", TensorProto.FLOAT, [3, 16])],
+        [numpy_helper.from_array(w, "w")]), opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32), "i": np.array([39, 0, 7], np.int64)}
+    first = gir.Session(model, target="cpu", plan_cache=_store())
+    again = gir.Session(model, target="cpu", plan_cache=_store())
+    assert not first.cached and again.cached
+    weights = [v for v in again.engine.constants.values() if v.size == w.size]
+    assert len(weights) == 2 and np.shares_memory(*weights)
+    for got, want in zip(again.run(None, feeds), first.run(None, feeds)):
+        np.testing.assert_array_equal(got, want)
