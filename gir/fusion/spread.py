@@ -21,8 +21,9 @@ last unit's surplus rows masked by the limit n - rows*q on the new dimension; ad
 a GEMV lie one row apart, and the time model counts the pages they span as their streams
 (gir/ir/streams.py: 768-float rows from DRAM, 8 adjacent, 1.09x one thread and 1.19x two, against
 1.16x and 1.27x for rows an eighth apart; results/gemv_streams.md, one run on a 2-core Intel VM).
-An AMD EPYC VM ran the adjacent form at 0.72x and 0.80x (results/gemv_streams_epyc.md): its gain
-is measured apart (`adjacent_stream_gain`) and the form offered only where it is over 1.
+An AMD EPYC VM ran the adjacent form at 0.64-0.72x one row's rate on one thread in four runs
+(results/gemv_streams_epyc.md): its gain is measured apart (`adjacent_stream_gain`) and the form
+offered only where it is over 1.
 """
 from __future__ import annotations
 

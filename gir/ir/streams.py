@@ -136,20 +136,23 @@ def column_reduction(r: Reduce, loads: list[Move]) -> bool:
             and (r.group <= COLUMN_GROUP or all(column_step(m.src, r.group) is not None for m in loads)))
 
 
+def _row_bytes(r: Reduce, m: Move, buffers) -> int | None:
+    """Bytes between consecutive rows of load m's source where it holds one row per output of
+    reduction r (its leading dimension runs over r's outputs), else None."""
+    lead = [(n, st) for n, st in zip(m.src.shape, m.src.strides) if n > 1][:1]
+    if not lead or lead[0][0] != r.dst.size:
+        return None
+    return abs(lead[0][1]) * itemsize(buffers[m.src.buffer].dtype)
+
+
 def row_streams(r: Reduce, loads: list[Move], buffers) -> int:
     """DRAM streams reduction r walks side by side when the emitter interleaves it: where some
     load of its product has one row per output, the pages those rows span, at most one per
     output (rows a page or more apart: its outputs; 8 adjacent rows of 3 KB: 6); else 1."""
     if not interleaves(r):
         return 1
-    best = 1
-    for m in loads:
-        src = m.src
-        lead = [(n, st) for n, st in zip(src.shape, src.strides) if n > 1][:1]
-        if lead and lead[0][0] == r.dst.size:
-            span = r.dst.size * abs(lead[0][1]) * itemsize(buffers[src.buffer].dtype)
-            best = max(best, min(r.dst.size, span // PAGE_BYTES))
-    return best
+    steps = [step for m in loads if (step := _row_bytes(r, m, buffers)) is not None]
+    return max([1, *(min(r.dst.size, r.dst.size * step // PAGE_BYTES) for step in steps)])
 
 
 def unit_streams(products, buffers) -> int:
@@ -161,17 +164,11 @@ def unit_streams(products, buffers) -> int:
 def rows_adjacent(products, buffers) -> bool:
     """The rows a unit walks side by side lie under a page apart (adjacent rows of one matrix,
     not rows a fraction of it apart). A CPU's prefetchers take the two differently: eight
-    adjacent 768-float GEMV rows ran 1.09x one row's rate on an Intel Xeon VM but 0.72x on an
-    AMD EPYC (Zen 4) VM, where eight rows an eighth of the matrix apart ran 1.17x
-    (scripts/gemv_streams.py, one thread); `gir calibrate` measures both gains."""
-    for r, _, loads in products:
-        if not interleaves(r):
-            continue
-        for m in loads:
-            lead = [(n, st) for n, st in zip(m.src.shape, m.src.strides) if n > 1][:1]
-            if lead and lead[0][0] == r.dst.size and abs(lead[0][1]) * itemsize(buffers[m.src.buffer].dtype) < PAGE_BYTES:
-                return True
-    return False
+    adjacent 768-float GEMV rows ran 1.09x one row's rate on an Intel Xeon VM but 0.64-0.72x
+    on an AMD EPYC (Zen 4) VM, where eight rows an eighth of the matrix apart ran 0.97-1.17x
+    (scripts/gemv_streams.py, one thread, four runs); `gir calibrate` measures both gains."""
+    return any(interleaves(r) and (step := _row_bytes(r, m, buffers)) is not None and step < PAGE_BYTES
+               for r, _, loads in products for m in loads)
 
 
 def stream_factor(streams: int, gain: float) -> float:

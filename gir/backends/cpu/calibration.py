@@ -253,7 +253,7 @@ def measure(repeats: int = 7, progress=print) -> Calibration:
                        unit_bandwidth=one_bw, launch_s=launch, issue_per_s=issue, dependent_cycles=dependent,
                        measured_at=time.strftime("%Y-%m-%d %H:%M"), wake_s=wake, spin_s=spin,
                        warm_bandwidth=warm_all, warm_unit_bandwidth=warm_one, op_costs=costs, stream_gain=gain,
-                       adjacent_stream_gain=adjacent_gain,                       hot_unit_bandwidth=hot_one, library_calls=calls)
+                       adjacent_stream_gain=adjacent_gain, hot_unit_bandwidth=hot_one, library_calls=calls)
 
 
 def one_row_gemv_target():
@@ -269,8 +269,8 @@ def _stream_gains(lib, repeats: int) -> tuple[float, float]:
     the emitter's interleaved loop) over its rate a row at a time, at least 1 (a machine whose
     one stream already saturates gains nothing: the planner then never spreads) and at most 2;
     and the same with eight adjacent rows, at least 0.25 (the time model charges adjacent rows
-    that measured slower at their rate: an AMD EPYC VM ran them at 0.72x, where rows apart
-    gained 1.17x; scripts/gemv_streams.py). A
+    that measured slower at their rate: an AMD EPYC VM ran them at 0.64-0.72x, rows apart at
+    0.97-1.17x; scripts/gemv_streams.py, results/gemv_streams_epyc.md). A
     hand-written C probe would not do: a plain sum of rows gained nothing where GIR's GEMV
     gained 1.15x, and the same loops ran from 0.5x to 1.2x the one-row rate depending on how
     gcc compiled them (results/gemv_streams.md)."""

@@ -34,7 +34,7 @@ CPU_NOMINAL_TIMING = Timing(
                                           # VM (2026-11-27); measured by gir calibrate
     stream_gain=1.2,                      # eight GEMV rows side by side over one, one thread: 1.1-1.4 on an Intel
                                           # Xeon VM (session 24, results/gemv_streams.md); measured by gir calibrate
-    adjacent_stream_gain=1.1,             # eight adjacent rows: 1.04-1.09 there, 0.72 on an AMD EPYC VM (session 36)
+    adjacent_stream_gain=1.1,             # eight adjacent rows: 1.04-1.09 there, 0.64-0.72 on an AMD EPYC VM (session 36)
     unit_setup=3,                         # per-unit index arithmetic: the compiler hoists most of it out of the
                                           # loop over units (GPUs keep the model's 12; tau-b on the rank data)
     source="nominal CPU figures (gir/backends/cpu/target.py); run `gir calibrate` to measure this machine")
