@@ -13,7 +13,9 @@ loops fused where an array they write is still read after them (gir/backends/loo
 `_gains`) against left apart. `--baseline products`: a window sum's products streamed into its
 partials as fused multiply-adds (gir/backends/across_units.py `_fused_products`) against computed
 first; `--baseline hoisting`: channel-lane kernels built with gcc's loop-invariant motion and
-partial redundancy elimination off (gir/backends/channel_lanes.py) against on. Each zoo model's native CPU session is built twice in one process
+partial redundancy elimination off (gir/backends/channel_lanes.py) against on; `--baseline
+halos`: channel-lane stages that hold the window's padding, every tap read without a mask
+(gir/ir/across_units.py `Padding`), against border positions choosing fill rows. Each zoo model's native CPU session is built twice in one process
 from the same plan (the baselines change the C source or its build, not the plan), every GIR
 kernel of both timed alone (gir.runtime.profile), the two profiled in turn three times (a
 sequential A/B showed drift as losses of 30% on kernels an interleaved A/B of the same C found
@@ -55,6 +57,7 @@ BASELINES = {
     "escaping": [(CpuEmitter, "fuse_escaping", False)],
     "products": [(CpuEmitter, "fuse_products", False)],
     "hoisting": [(CpuEmitter, "launch_bounds", lambda self, k: "")],
+    "halos": [(CpuEmitter, "pad_halos", False)],
 }
 
 
@@ -90,6 +93,7 @@ def measure(name: str, repeat: int, copy_bps: float, baseline: str = "forms") ->
                 if r.kind == "kernel" and (r.name not in rows or r.seconds < rows[r.name].seconds):
                     rows[r.name] = r
     rewritten = rewritten_kernels(before_s, after_s)
+    steps = {int(m[1]) for m in (re.match(r"s(\d+)_", fn) for fn in rewritten) if m}  # a kernel's function: s<step>_...
     share = lambda r: 100 * r.gbps * 1e9 / copy_bps  # noqa: E731
     big = [k for k in after if k in before and after[k].dram_bytes >= 1 << 20]
     shares = sorted(share(after[k]) for k in big)
@@ -97,6 +101,8 @@ def measure(name: str, repeat: int, copy_bps: float, baseline: str = "forms") ->
     return {"model": name, "before_ms": 1e3 * sum(r.seconds for r in before.values()),
             "after_ms": 1e3 * sum(r.seconds for r in after.values()), "kernels": len(after), "kernels_1mb": len(big),
             "rewritten": rewritten,
+            "rewritten_times": [{"kernel": k[:70], "before_ms": before[k].seconds * 1e3, "after_ms": after[k].seconds * 1e3,
+                                 "mb": after[k].dram_bytes / 1e6} for k in after if k in before and after[k].step in steps],
             "lowest_share_before": min((share(before[k]) for k in big), default=None),
             "lowest_share_after": shares[0] if shares else None,
             "median_share_before": sorted(share(before[k]) for k in big)[len(big) // 2] if big else None,
@@ -129,7 +135,8 @@ def main():
             "seed": "unrolled reductions' partials seeded by their first element against the identity",
             "escaping": "element loops fused where an array they write outlives them against left apart",
             "products": "window sums' products streamed as fused multiply-adds against computed first",
-            "hoisting": "channel-lane kernels without gcc's hoisting of uniform loads against with it"}[args.baseline]
+            "hoisting": "channel-lane kernels without gcc's hoisting of uniform loads against with it",
+            "halos": "channel-lane stages holding the window's padding against choosing fill rows at borders"}[args.baseline]
     lines = [f"# CPU kernels: {what}\n",
              f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the "
              f"end, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}: `PYTHONPATH=. python3 "
@@ -143,6 +150,10 @@ def main():
         lines.append(f"| {r['model']} | {r['kernels']} | {len(r['rewritten'])} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
                      f"{r['before_ms'] / r['after_ms']:.2f}x | {fmt(r['median_share_before'])} | {fmt(r['median_share_after'])} | "
                      f"{fmt(r['lowest_share_before'])} | {fmt(r['lowest_share_after'])} |")
+    lines.append("\nKernels whose C differs (ms before -> after, MB):\n")
+    for r in results:
+        row = "; ".join(f"{g['kernel']} {g['before_ms']:.3f} -> {g['after_ms']:.3f} ({g['mb']:.1f} MB)" for g in r["rewritten_times"])
+        lines.append(f"- {r['model']}: {row or 'none'}")
     lines.append("\nLargest gains and losses per model (ms before -> after, MB):\n")
     for r in results:
         row = lambda gs: "; ".join(f"{g['kernel']} {g['before_ms']:.2f} -> {g['after_ms']:.2f} ({g['mb']:.1f} MB)" for g in gs)  # noqa: E731

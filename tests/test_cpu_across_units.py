@@ -200,21 +200,43 @@ def test_a_long_strided_rows_interior_leaves_no_scalar_remainder(tmp_path):
 
 def test_short_strided_rows_over_many_channels_run_lanes_on_channels(tmp_path):
     """A 5x5 stride-2 depthwise conv over 20x14x14: rows of 7 units, but 20 channels. Each
-    block of 16 channels copies its input planes and weights into local arrays, channel
-    innermost; the SIMD loop runs over the block's channels, each tap a contiguous unmasked
-    load through a pointer chosen per output position (the stage or a row of zeros), and the
+    block of 16 channels copies its input planes, with the conv's padding around them, and its
+    weights into local arrays, channel innermost; the SIMD loop runs over the block's channels,
+    each tap a contiguous unmasked load from the stage (the halo holds the zeros), and the
     outputs are copied back from their own local array."""
     source = _compiled_source(window_model("Conv", (1, 20, 14, 14), (5, 5), group=20, pads=[2, 2, 2, 2],
                                            strides=[2, 2]), tmp_path)
     assert re.search(r"for \(int r = 0; r < 2; \+\+r\)", source), source[-3000:]
     assert "const int c_lo = cb * 16, c_hi = c_lo + 16 < 20 ? c_lo + 16 : 20;" in source
-    assert re.search(r"float st_g_x\[\d+\];", source) and re.search(r"float st_g_y\[784\];", source)
-    assert re.search(r"const float\* p\d+ = \(.*\) \? st_g_x \+ \(.*\) : fill\d+;", source)
+    # 17 padded rows of 17 (the 14x14 plane, 2 halo rows and columns before it, 1 after)
+    assert "float st_g_x[4624];" in source and re.search(r"float st_g_y\[784\];", source)
+    assert "const long row = bo_g_x - 2 + i;" in source and "const int inside = row >= 0 && row < 14;" in source
+    # the band's rows of the plane copied as they lie, 16 elements a piece, each to its padded place
+    assert "memcpy(st_g_x + ((e / 14 - bo_g_x) * 17 + e % 14 + 36) * 16, piece + j * 16, sizeof piece / 16);" in source
+    assert "fill0" not in source and not re.search(r"const float\* p\d+ =", source)
     simd = source.split("#pragma omp simd", 1)[1]
     assert re.match(r"\s*for \(int b1 = c_lo; b1 < c_lo \+ 16; \+\+b1\)", simd)
-    loads = re.findall(r"= (p\d+)\[b1 - c_lo\];", simd)
-    assert len(loads) >= 9 and not re.search(r"(?<!st_)g_x\[", simd) and "GIR_EDGE((b1 <" not in simd
+    loads = re.findall(r"= st_g_x\[\(\d+\*b2 \+ 2\*b3 - 17\*bo_g_x( \+ \d+)?\) \* 16 \+ b1 - c_lo\];", simd)
+    assert len(loads) >= 25 and not re.search(r"(?<!st_)g_x\[", simd) and "GIR_EDGE((b1 <" not in simd
     assert re.search(r"g_y\[base \+ e\] = st_g_y\[e \* 16 \+ l\];", source)
+
+
+def test_a_stage_without_its_padding_chooses_fill_rows_at_borders(tmp_path, monkeypatch):
+    """The form a staged read whose masks are not its plane's bounds keeps (and the A/B
+    baseline of `pad_halos`): border positions choose, per tap, the stage or a row of fill
+    values through a pointer, under one branch on all the conditions."""
+    from gir.backends.across_units import AcrossUnits
+    monkeypatch.setattr(AcrossUnits, "pad_halos", False)
+    monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))  # nothing compiled with the padding
+    model = window_model("Conv", (1, 20, 14, 14), (5, 5), group=20, pads=[2, 2, 2, 2], strides=[2, 2])
+    source = _compiled_source(model, tmp_path)
+    assert re.search(r"const float\* p\d+ = \(.*\) \? st_g_x \+ \(.*\) : fill\d+;", source)
+    loads = re.findall(r"= (p\d+)\[b1 - c_lo\];", source.split("#pragma omp simd", 1)[1])
+    assert len(loads) >= 9
+    x = np.random.default_rng(4).standard_normal((1, 20, 14, 14)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = gir.Session(str(tmp_path / "m.onnx"), target="cpu").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def _channel_lane_kernels():
@@ -277,6 +299,8 @@ def test_an_involution_runs_lanes_on_channels_and_matches_onnxruntime():
     assert re.search(r"acc\d = GIR_FMA\(r_\w+, r_\w+, acc\d\);", source)
     assert not re.search(r"const float t0 = r_\w+ \* r_\w+;", source)
     assert re.search(r"^void GIR_ONE_VECTOR \w+\(", source, re.M)
+    # the input staged with the window's padding: every tap a plain stage load, no border copy
+    assert re.search(r"= st_g_x\[\(", source) and not re.search(r"const float\* p\d+ =", source)
 
 
 def test_the_channel_lane_form_is_exercised():
@@ -318,7 +342,8 @@ def test_a_large_plane_is_staged_in_bands_of_rows(tmp_path):
     source = _compiled_source(window_model("Conv", (1, 32, 40, 40), (3, 3), group=32, pads=[1, 1, 1, 1]), tmp_path)
     assert re.search(r"for \(int r = 0; r < 4; \+\+r\)", source), source[-3000:]
     assert "const int band = (r) % 2;" in source
-    assert "const long bo_g_x = band * 800L;" in source and "const long bo_g_y = band * 800L;" in source
+    assert "const long bo_g_x = band * 20L;  /* the band's first row */" in source  # padded: in rows
+    assert "const long bo_g_y = band * 800L;" in source
     assert re.search(r"for \(int b2 = band \* 20; b2 < band \* 20 \+ 20; \+\+b2\)", source)
 
 
@@ -429,3 +454,28 @@ def test_a_window_sum_computes_its_products_as_fused_multiply_adds_only_where_sa
     for emitter, k, ops in (_product_and_sum(between=[overwrite]), _product_and_sum(expr=Input(0) + Input(1)),
                             _product_and_sum(dtype="float16"), _product_and_sum(operand="x")):
         assert emitter._fused_products(k, ops) == {}
+
+
+def test_a_read_stages_with_its_padding_only_where_its_masks_are_the_planes_bounds():
+    """`padding` (gir/ir/across_units.py): a 3x3 window over an 8x8 plane masked at the plane's
+    edges stages as 10-element rows from column -1, a band of 4 output rows reading 6 of
+    them from row -1; a mask that also drops the plane's last row, reads that fill different
+    values, or a read through no mask at all keep the plain stage."""
+    from gir.ir import Move, Slice
+    from gir.ir.across_units import Padding, padding
+    from gir.ir.affine import ParallelPrimitive, block_coord
+    from gir.ir.slices import Buffer
+
+    prim = ParallelPrimitive((32, 8, 8), 1)
+    b0, b1, b2 = (block_coord(i) for i in range(3))
+    x = Buffer("x", "dram", 32 * 64, "float32", "input", (1, 32, 8, 8))
+
+    def read(last_row=8, fill=0.0, masked=True):
+        bounds = dict(limits=(last_row - b1 + 1, 9 - b2), starts=(1 - b1, 1 - b2)) if masked else {}
+        s = Slice("x", b0 * 64 + b1 * 8 + b2 - 9, (3, 3), (8, 1), **bounds)
+        return Move(src=s, dst=Slice("%in", 0, (3, 3), (3, 1)), fill=fill), s
+
+    assert padding(prim, [read()], x, ["b1", "b2"], 4) == Padding(8, 8, -1, -1, 10, 6, 4, 0.0)
+    assert padding(prim, [read(last_row=7)], x, ["b1", "b2"], 4) is None
+    assert padding(prim, [read(), read(fill=-1.0)], x, ["b1", "b2"], 4) is None
+    assert padding(prim, [read(masked=False)], x, ["b1", "b2"], 4) is None

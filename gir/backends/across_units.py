@@ -85,6 +85,7 @@ class AcrossUnits(ChannelLanes):
     merged = False  # the SIMD loop runs over the last two grid axes as one (merges_rows)
     staging = None  # the lanes run over channels, planes staged (gir/ir/across_units.py channel_lanes)
     allow_across = True  # False: every kernel in the per-unit form (calibration times that form)
+    pad_halos = True  # False: staged planes without their padding (an A/B baseline, channel_lanes.Padding)
 
     @property
     def scoped_registers(self) -> bool:
@@ -101,6 +102,8 @@ class AcrossUnits(ChannelLanes):
         self.bounds: dict[str, str] = {}   # C expression -> "lo" or "hi" (exclusive)
         ops = [op for _, op in k.ops]
         self.staging = channel_lanes(ops, k.prim, k.buffers)
+        if self.staging and not self.pad_halos:
+            self.staging = replace(self.staging, pads={})
         self.fused = self._fused_products(k, ops) if self.fuse_products else {}
         self.merged = not self.staging and merges_rows(ops, k.prim, k.buffers)
         n = self._row_length(k)

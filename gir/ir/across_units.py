@@ -9,7 +9,7 @@ and the time model (gir/fusion/perf.py) must agree on it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -134,6 +134,31 @@ class Staging:
     rows: int
     row_steps: dict
     rests: dict
+    pads: dict = field(default_factory=dict)  # buffer -> Padding: staged with its halo
+
+
+@dataclass(frozen=True)
+class Padding:
+    """A staged input read through a window's padding, staged as the padded plane: `height`
+    rows of `pitch` elements a band, columns `left`.. of the tensor's rows (the whole row and
+    the halo, which holds `fill`), the band's first stage row being tensor row
+    band * band_rows + top. Every
+    tap then reads the stage without a mask, where border positions chose between the stage
+    and a row of fill values per tap (`channel_lanes._positions`): forcing RedNet-50's 7x7
+    involution over 128x28x28 onto the interior path ran it 1.37x faster (two threads)."""
+    row_length: int  # the tensor's row (elements)
+    plane_rows: int  # the tensor's rows in a plane
+    top: int
+    left: int
+    pitch: int
+    height: int
+    band_rows: int
+    fill: float
+
+    def split(self, x: int) -> tuple[int, int]:
+        """An offset step as (rows, columns): the nearest whole number of rows, the rest."""
+        rows = (x + self.row_length // 2) // self.row_length
+        return rows, x - rows * self.row_length
 
 
 def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None:
@@ -207,7 +232,10 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
                 lo, hi = _plane_span(prim, s, plane, rows)
                 old = spans.get(s.buffer, (lo, hi))
                 spans[s.buffer] = (min(lo, old[0]), max(hi, old[1]))
-        nbytes = sum((hi - lo + 1) * CHANNEL_LANES * buffers[b].nbytes // buffers[b].size for b, (lo, hi) in spans.items())
+        pads = {b: p for b in spans if b not in written
+                for p in [padding(prim, [(op, s) for op, s, w in slices if s.buffer == b], buffers[b], plane, rows)] if p}
+        sizes = {b: pads[b].pitch * pads[b].height if b in pads else hi - lo + 1 for b, (lo, hi) in spans.items()}
+        nbytes = sum(n * CHANNEL_LANES * buffers[b].nbytes // buffers[b].size for b, n in sizes.items())
         if nbytes <= STAGE_BYTES:
             break
     else:
@@ -217,7 +245,68 @@ def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None
     for buf in written:  # a staged output is copied back whole: every element of its span written
         if not _dense(np.concatenate([_plane_offsets(prim, s, plane, rows) for _, s, w in slices if w and s.buffer == buf])):
             return None
-    return Staging(axis, spans, frozenset(written), rows, row_steps, rests)
+    return Staging(axis, spans, frozenset(written), rows, row_steps, rests, pads)
+
+
+def padding(prim: ParallelPrimitive, reads: list, buf, plane: list[str], rows: int) -> Padding | None:
+    """How a staged input read through masks stages as its padded plane (`Padding`), or None.
+    Each read's offset over the plane axes and its elements split into a tensor row and column
+    (a term of a multiple of the row length steps rows, a smaller one columns); taken where,
+    for every position of the plane and the first and last channel and outer index, an element
+    is inside the mask exactly where its row and column lie inside the tensor's plane, and
+    every read fills the same value (zero where none does), which the halo then holds."""
+    if len(buf.shape) < 2 or not any(s.is_masked for _, s in reads):
+        return None
+    width, height = buf.shape[-1], buf.shape[-2]
+    fills = {op.fill for op, _ in reads if op.fill is not None}
+    if len(fills) > 1 or width < 2:
+        return None
+    split = Padding(width, height, 0, 0, 0, 0, 0, 0.0).split
+    env = _plane_env(prim, plane)
+    extent = {n: (rows if j == 0 else prim.grid[int(n[1:])]) - 1 for j, n in enumerate(plane)}
+    tops, bottoms, lefts, rights, steps = [], [], [], [], set()
+    for _, s in reads:
+        inside, rest = prim.normalize(s.offset).substitute({"w": Affine(0)}).split(set(plane))
+        if any(c % (width * height) for _, c in rest.terms):
+            return None  # the channel and outer axes must step whole planes
+        terms = {n: split(c) for n, c in inside.terms}
+        (r0, c0), dims = split(rest.const), [split(st) for st in s.strides]
+        idx = np.indices(s.shape).reshape(len(s.shape), -1)
+        pr, pc = (np.zeros(s.size, np.int64) + sum(i * d[k] for i, d in zip(idx, dims)) for k in (0, 1))
+        row = r0 + pr[None, :] + sum(env[n][:, None] * r for n, (r, _) in terms.items())
+        col = c0 + pc[None, :] + sum(env[n][:, None] * c for n, (_, c) in terms.items())
+        if not np.array_equal(_valid(prim, s, env), (row >= 0) & (row < height) & (col >= 0) & (col < width)):
+            return None
+        tops.append(r0 + int(pr.min()) + sum(min(0, r * extent[n]) for n, (r, _) in terms.items()))
+        bottoms.append(r0 + int(pr.max()) + sum(max(0, r * extent[n]) for n, (r, _) in terms.items()))
+        lefts.append(c0 + int(pc.min()) + sum(min(0, c * extent[n]) for n, (_, c) in terms.items()))
+        rights.append(c0 + int(pc.max()) + sum(max(0, c * extent[n]) for n, (_, c) in terms.items()))
+        steps.add(terms.get(plane[0], (0, 0)))
+    if len(steps) != 1 or next(iter(steps))[1]:
+        return None  # a band moves whole rows, alike for every read
+    top, left = min(tops), min(0, *lefts)  # a stage row holds the tensor's whole row: copied as it lies
+    return Padding(width, height, top, left, max(width - 1, *rights) - left + 1, max(bottoms) - top + 1,
+                   rows * next(iter(steps))[0], float(fills.pop()) if fills else 0.0)
+
+
+def _plane_env(prim: ParallelPrimitive, plane: list[str]) -> dict:
+    """Block coordinates of every position of the plane at the first and last index of each
+    other grid axis (whose planes a read must step whole: the masks of one stand for all)."""
+    axes = [np.arange(n) if f"b{i}" in plane else np.unique([0, n - 1]) for i, n in enumerate(prim.grid)]
+    grids = np.meshgrid(*axes, indexing="ij")
+    return {f"b{i}": g.ravel().astype(np.int64) for i, g in enumerate(grids)} | {"w": np.zeros(grids[0].size, np.int64)}
+
+
+def _valid(prim: ParallelPrimitive, s, env: dict) -> np.ndarray:
+    """(positions, elements): whether slice s's element is inside its mask at each position."""
+    idx = np.indices(s.shape).reshape(len(s.shape), -1)
+    mask = np.ones((env["w"].size, s.size), bool)
+    for bounds, below in ((s.limits, True), (s.starts, False)):
+        for d, b in enumerate(bounds):
+            if b is not None:
+                v = np.broadcast_to(np.asarray(prim.normalize(b).eval(env), np.int64), env["w"].shape)[:, None]
+                mask &= (idx[d][None, :] < v) if below else (idx[d][None, :] >= v)
+    return mask
 
 
 def reads_what_it_writes(ops, buffers: dict) -> bool:
@@ -260,7 +349,8 @@ def form(ops, prim: ParallelPrimitive, buffers: dict) -> str:
     staging = channel_lanes(ops, prim, buffers)
     if staging:
         bands = prim.grid[staging.axis + 1] // staging.rows
-        return f"channels x{CHANNEL_LANES}" + (f", {bands} bands" if bands > 1 else "")
+        padded = ", padded" if staging.pads else ""
+        return f"channels x{CHANNEL_LANES}" + (f", {bands} bands" if bands > 1 else "") + padded
     if merges_rows(ops, prim, buffers):
         return "plane"
     return "row, split" if splits_rows(ops, prim, buffers) else "row"
