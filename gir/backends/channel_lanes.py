@@ -160,7 +160,7 @@ class ChannelLanes:
         rest = self.staging.rests[buf]
         at = lambda ch: affine_c(rest.substitute({c: var(ch)}))  # noqa: E731  (channel ch's plane)
         step = dict(rest.terms).get(c, 0)
-        fill, bo = self.literal(pad.fill, b.dtype), f"bo_{g}"
+        fill, bo = self.storage_literal(pad.fill, b.dtype), f"bo_{g}"
         lo, hi = -pad.left, n - pad.left  # the tensor's columns in a stage row: all of them (Padding)
         place = f"({add_c(f'(e / {n} - {bo}) * {pad.pitch} + e % {n}', str(-pad.top * pad.pitch - pad.left))}) * {lanes}"
         halo = block(f"for (int i = 0; i < {pad.height}; ++i) {{", [
