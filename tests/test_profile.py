@@ -40,14 +40,18 @@ def test_every_step_is_timed_with_its_bytes():
 
 
 def test_each_kernel_step_says_how_the_emitter_runs_it():
-    """The form column: a depthwise conv over 32x14x14 runs lanes on channels, its input staged
-    with the conv's padding, the LayerNorm model's kernels one of the forms, the library op none."""
+    """The form column: a depthwise conv over 32x14x14 runs lanes on channels (its 13 border
+    positions too few to stage it padded), a 5x5 max pool over 32x14x14 stages it padded, the
+    LayerNorm model's kernels one of the forms, the library op none."""
     from test_cpu_across_units import window_model
     conv = window_model("Conv", (1, 32, 14, 14), (3, 3), group=32, pads=[1, 1, 1, 1], strides=[2, 2])
     x = np.random.default_rng(0).standard_normal((1, 32, 14, 14)).astype(np.float32)
     conv_rows = prof.profile(gir.Session(conv, target="cpu"), {"x": x}, repeat=2)
-    assert [r.form for r in conv_rows if r.kind == "kernel"] == ["channels x16, padded"]
-    assert "channels x16, padded" in prof.table(conv_rows, 10e9)
+    assert [r.form for r in conv_rows if r.kind == "kernel"] == ["channels x16"]
+    assert "channels x16" in prof.table(conv_rows, 10e9)
+    wide = window_model("MaxPool", (1, 32, 14, 14), (5, 5), pads=[2, 2, 2, 2])
+    wide_rows = prof.profile(gir.Session(wide, target="cpu"), {"x": x}, repeat=2)
+    assert [r.form for r in wide_rows if r.kind == "kernel"] == ["channels x16, padded"]
     rows = prof.profile(gir.Session(_model(), target="cpu"), {"x": np.ones((512, 256), np.float32)}, repeat=2)
     forms = {"per unit", "row", "row, split", "plane"}
     assert all(set(r.form.split(" + ")) <= forms for r in rows if r.kind == "kernel")
