@@ -142,10 +142,10 @@ class Padding:
     """A staged input read through a window's padding, staged as the padded plane: `height`
     rows of `pitch` elements a band, columns `left`.. of the tensor's rows (the whole row and
     the halo, which holds `fill`), the band's first stage row being tensor row
-    band * band_rows + top. Every
-    tap then reads the stage without a mask, where border positions chose between the stage
-    and a row of fill values per tap (`channel_lanes._positions`): forcing RedNet-50's 7x7
-    involution over 128x28x28 onto the interior path ran it 1.37x faster (two threads)."""
+    band * band_rows + top. Every tap then reads the stage without a mask, where border
+    positions chose between the stage and a row of fill values per tap
+    (`channel_lanes._positions`): forcing RedNet-50's 7x7 involution over 128x28x28 onto the
+    interior path ran it 1.37x faster (two threads, an ad-hoc harness)."""
     row_length: int  # the tensor's row (elements)
     plane_rows: int  # the tensor's rows in a plane
     top: int
