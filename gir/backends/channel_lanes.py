@@ -153,8 +153,8 @@ class ChannelLanes:
         which lie contiguously, in pieces of 16 elements (a register transpose into a tile
         where the prelude defines GIR_TILE16, element by element otherwise), each element's
         16 channels stored at its padded place: whole pieces also where rows are shorter than
-        16 (a 14x14 plane's rows alone left every copy scalar, and ShuffleNet-v2's stride-2
-        depthwise convs 1.3-1.8x slower)."""
+        16 (copied row by row, a 14x14 plane's rows left every copy scalar: ShuffleNet-v2's
+        stride-2 depthwise convs ran 1.3-1.8x slower, `scripts/loop_forms_ab.py --baseline halos`)."""
         lanes, c, n = CHANNEL_LANES, self._last, pad.row_length
         b, stage, g, t = k.buffers[buf], f"st_{self.names[buf]}", self.names[buf], self.types[k.buffers[buf].dtype]
         rest = self.staging.rests[buf]
@@ -162,7 +162,8 @@ class ChannelLanes:
         step = dict(rest.terms).get(c, 0)
         fill, bo = self.storage_literal(pad.fill, b.dtype), f"bo_{g}"
         lo, hi = -pad.left, n - pad.left  # the tensor's columns in a stage row: all of them (Padding)
-        place = f"({add_c(f'(e / {n} - {bo}) * {pad.pitch} + e % {n}', str(-pad.top * pad.pitch - pad.left))}) * {lanes}"
+        def place(e: str) -> str:  # where tensor element e of the channel's plane sits in the stage
+            return f"({add_c(f'({e} / {n} - {bo}) * {pad.pitch} + {e} % {n}', str(-pad.top * pad.pitch - pad.left))}) * {lanes}"
         halo = block(f"for (int i = 0; i < {pad.height}; ++i) {{", [
             f"const long row = {add_c(bo, str(pad.top))} + i;", f"{t}* dst = {stage} + i * {pad.pitch * lanes};",
             f"const int inside = row >= 0 && row < {pad.plane_rows};",
@@ -170,20 +171,19 @@ class ChannelLanes:
             f"if (inside) for (int e = {hi * lanes}; e < {pad.pitch * lanes}; ++e) dst[e] = {fill};"])
         top, bottom = add_c(bo, str(pad.top)), add_c(bo, str(pad.top + pad.height))  # the band's rows [top, bottom)
         first, last = f"({top} > 0 ? {top} : 0) * {n}", f"({bottom} < {pad.plane_rows} ? {bottom} : {pad.plane_rows}) * {n}"
-        at_e0 = place.replace("e /", "e0 /").replace("e %", "e0 %")
         tile = [f"{t} piece[{lanes * lanes}];", f"if (e0 + {lanes} <= e1 && c_hi - c_lo == {lanes}) {{",
                 *([f"  if (e0 % {n} + {lanes} <= {n}) {{  /* within one row: straight into place */",
-                   f"    gir_tile16({g} + {at('c_lo')} + e0, {step}, {stage} + {at_e0}, {lanes});", "    continue;", "  }"]
+                   f"    gir_tile16({g} + {at('c_lo')} + e0, {step}, {stage} + {place('e0')}, {lanes});", "    continue;", "  }"]
                   if n >= lanes else []),
                 f"  gir_tile16({g} + {at('c_lo')} + e0, {step}, piece, {lanes});",
                 *["  " + ln for ln in block(f"for (int j = 0; j < {lanes}; ++j) {{", [
-                    "const long e = e0 + j;", f"memcpy({stage} + {place}, piece + j * {lanes}, sizeof piece / {lanes});"])],
+                    "const long e = e0 + j;", f"memcpy({stage} + {place('e')}, piece + j * {lanes}, sizeof piece / {lanes});"])],
                 "  continue;", "}"]
         scalar = block(f"for (long e = e0; e < (e0 + {lanes} < e1 ? e0 + {lanes} : e1); ++e) {{", [
             f"{self.scalar_barrier}  /* scalar: gcc 12 miscompiled masked gathers */",
             *block(f"for (int l = 0; l < {lanes}; ++l) {{", [
                 "const int ch = c_lo + l;",
-                f"{stage}[{place} + l] = ch < c_hi ? {g}[{at('ch')} + e] : {fill};"])])
+                f"{stage}[{place('e')} + l] = ch < c_hi ? {g}[{at('ch')} + e] : {fill};"])])
         body = [*(["#ifdef GIR_TILE16", *block("{", tile), "#endif"] if t == "float" and step > 0 else []), *scalar]
         return [*halo, *block(f"for (long e0 = {first}, e1 = {last}; e0 < e1; e0 += {lanes}) {{", body)]
 
@@ -201,7 +201,8 @@ class ChannelLanes:
             at = np.unravel_index(min(int(i.lanes[0]), s.size - 1), s.shape)
             parts = [pad.split(rest.const), *(tuple(int(n) * x for x in pad.split(st)) for n, st in zip(at, s.strides))]
             row, col = (sum(p[j] for p in parts) for j in (0, 1))
-            terms = sum((var(n) * (pad.split(c)[0] * pad.pitch + pad.split(c)[1]) for n, c in inside.terms), Affine.of(0))
+            steps = {n: pad.split(x) for n, x in inside.terms}  # each plane axis' step as (rows, columns)
+            terms = sum((var(n) * (r * pad.pitch + c) for n, (r, c) in steps.items()), Affine.of(0))
             index = add_c(affine_c(terms - var(f"bo_{self.names[s.buffer]}") * pad.pitch),
                           str((row - pad.top) * pad.pitch + col - pad.left))
             return f"({index}) * {CHANNEL_LANES}"

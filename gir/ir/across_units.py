@@ -10,6 +10,8 @@ and the time model (gir/fusion/perf.py) must agree on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from math import prod
 
 import numpy as np
 
@@ -156,9 +158,13 @@ class Padding:
     fill: float
 
     def split(self, x: int) -> tuple[int, int]:
-        """An offset step as (rows, columns): the nearest whole number of rows, the rest."""
-        rows = (x + self.row_length // 2) // self.row_length
-        return rows, x - rows * self.row_length
+        return split_rows(x, self.row_length)
+
+
+def split_rows(x: int, row_length: int) -> tuple[int, int]:
+    """An offset step as (rows, columns): the nearest whole number of rows, the rest."""
+    rows = (x + row_length // 2) // row_length
+    return rows, x - rows * row_length
 
 
 def channel_lanes(ops, prim: ParallelPrimitive, buffers: dict) -> Staging | None:
@@ -260,14 +266,14 @@ def padding(prim: ParallelPrimitive, reads: list, buf, plane: list[str], rows: i
     of rows shorter than a 16-element piece, else about one piece a row). ShuffleNet-v2's 3x3
     stride-2 convs over 14x14 planes (13 border positions x 5 taps against 196 elements) ran
     13 -> 15 us padded; RedNet-50's 7x7 involutions over 7x7 planes (48 x 48 against 49)
-    58 -> 53 us."""
+    56 -> 47 us (results/halos_ab.md)."""
     if len(buf.shape) < 2 or not any(s.is_masked for _, s in reads):
         return None
     width, height = buf.shape[-1], buf.shape[-2]
     fills = {op.fill for op, _ in reads if op.fill is not None}
     if len(fills) > 1 or width < 2:
         return None
-    split = Padding(width, height, 0, 0, 0, 0, 0, 0.0).split
+    split = partial(split_rows, row_length=width)
     env = _plane_env(prim, plane)
     extent = {n: (rows if j == 0 else prim.grid[int(n[1:])]) - 1 for j, n in enumerate(plane)}
     tops, bottoms, lefts, rights, steps, selects = [], [], [], [], set(), 0
@@ -282,7 +288,7 @@ def padding(prim: ParallelPrimitive, reads: list, buf, plane: list[str], rows: i
         pr, pc = (np.zeros(s.size, np.int64) + sum(i * d[k] for i, d in zip(idx, dims)) for k in (0, 1))
         row = r0 + pr[None, :] + sum(env[n][:, None] * r for n, (r, _) in terms.items())
         col = c0 + pc[None, :] + sum(env[n][:, None] * c for n, (_, c) in terms.items())
-        valid = _valid(prim, s, env)
+        valid = s.valid(env)
         if not np.array_equal(valid, (row >= 0) & (row < height) & (col >= 0) & (col < width)):
             return None
         out = ~valid[first]  # one channel's plane: border positions x the taps a border masks
@@ -302,23 +308,13 @@ def padding(prim: ParallelPrimitive, reads: list, buf, plane: list[str], rows: i
 
 
 def _plane_env(prim: ParallelPrimitive, plane: list[str]) -> dict:
-    """Block coordinates of every position of the plane at the first and last index of each
-    other grid axis (whose planes a read must step whole: the masks of one stand for all)."""
+    """Index arrays (`ParallelPrimitive.env`'s names) of every position of the plane at the
+    first and last index of each other grid axis (whose planes a read must step whole: the
+    masks of one stand for all)."""
     axes = [np.arange(n) if f"b{i}" in plane else np.unique([0, n - 1]) for i, n in enumerate(prim.grid)]
-    grids = np.meshgrid(*axes, indexing="ij")
-    return {f"b{i}": g.ravel().astype(np.int64) for i, g in enumerate(grids)} | {"w": np.zeros(grids[0].size, np.int64)}
-
-
-def _valid(prim: ParallelPrimitive, s, env: dict) -> np.ndarray:
-    """(positions, elements): whether slice s's element is inside its mask at each position."""
-    idx = np.indices(s.shape).reshape(len(s.shape), -1)
-    mask = np.ones((env["w"].size, s.size), bool)
-    for bounds, below in ((s.limits, True), (s.starts, False)):
-        for d, b in enumerate(bounds):
-            if b is not None:
-                v = np.broadcast_to(np.asarray(prim.normalize(b).eval(env), np.int64), env["w"].shape)[:, None]
-                mask &= (idx[d][None, :] < v) if below else (idx[d][None, :] >= v)
-    return mask
+    coords = [g.ravel().astype(np.int64) for g in np.meshgrid(*axes, indexing="ij")]
+    b = sum(c * prod(prim.grid[i + 1:]) for i, c in enumerate(coords))
+    return {f"b{i}": c for i, c in enumerate(coords)} | {"w": np.zeros_like(b), "b": b, "u": b * prim.units_per_block}
 
 
 def reads_what_it_writes(ops, buffers: dict) -> bool:
