@@ -38,6 +38,7 @@ from .perf import Estimate, estimate, quick_estimate
 from .commute import pooling_before_monotone_ops
 from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
+from .reblock import reblock_choices
 from .spread import spread_choices
 
 
@@ -493,6 +494,9 @@ def _best(choices, name, op_names, limit, escaping, lowers) -> Kernel:
         for spread in spread_choices(optimized):  # a CPU thread's units side by side (gir/fusion/spread.py)
             step = Step("spread-units", spread.description, dram, dram)
             ranked.append(Kernel(name, op_names, spread.graph, merged, [*log, step], estimate(spread.graph), 0))
+        for regrouped in reblock_choices(optimized):  # a GPU launch that fills the device (gir/fusion/reblock.py)
+            step = Step("reblock", regrouped.description, dram, dram)
+            ranked.append(Kernel(name, op_names, regrouped.graph, merged, [*log, step], estimate(regrouped.graph), 0))
     if not ranked:
         raise GraphError(f"{name}: no fused structure fits the target: {'; '.join(sorted(set(refused)))}")
     ranked = _ranked(ranked)
