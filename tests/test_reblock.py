@@ -148,3 +148,20 @@ def test_regrouped_kernels_compile_without_spills():
         for arch in archs:
             built = compile_for(source, arch)
             assert built.resources and not any(r.spilled for r in built.resources.values())
+
+
+@pytest.mark.parametrize("target", [CUDA, HIP])
+def test_too_few_rows_for_the_device_spread_over_more_blocks(target):
+    """197 rows of 768 (ViT's residual add + LayerNorm shape), each reduced by one unit: no
+    block size gives two blocks per SM / CU, so the rows go in blocks of 128 threads, the most
+    blocks a full-warp launch can have, and the planner's log says so."""
+    model = _scale_rows(197, 768)
+    steps = [s for s in plan(load(model), target, limit=2).steps if hasattr(s, "graph")]
+    (step,) = steps
+    g = step.graph
+    assert g.prim.units_per_block * target.lanes_per_unit == 128
+    assert any(str(x).startswith("reblock: blocks of 128 threads") for x in step.log)
+    feeds = _feeds(model, g)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": feeds["x"]})
+    got = run(g, feeds).outputs
+    np.testing.assert_allclose(got["y"].reshape(want[0].shape), want[0], rtol=1e-5, atol=1e-4)

@@ -38,7 +38,7 @@ from .perf import Estimate, estimate, quick_estimate
 from .commute import pooling_before_monotone_ops
 from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
-from .reblock import reblock_choices
+from .reblock import missing_blocks, reblock_choices, shortfalls
 from .spread import spread_choices
 
 
@@ -515,16 +515,17 @@ def _ranked(kernels: list[Kernel]) -> list[Kernel]:
     to fewer DRAM bytes (the compulsory-traffic objective comes first), then to blocks of 128
     threads or more for a kernel of a megabyte or more (`_small_big_blocks`), then to the structure
     whose DRAM bytes move in wider accesses (see gir.ir.vector_access), then to a launch that
-    falls least short of filling the machine (`_launch_shortfalls`), then to more threads per
-    block (more warps resident under the block limit, latency the model does not see hidden),
-    then to the modelled time and the template's order."""
+    falls least short of filling the machine (`_launch_shortfalls`), then to more blocks where
+    there are fewer than two per SM / CU (`_missing_blocks`: more of the device at work), then
+    to more threads per block (more warps resident under the block limit, latency the model
+    does not see hidden), then to the modelled time and the template's order."""
     fastest = min(k.estimate.seconds for k in kernels)
 
     def key(k):
         if k.estimate.seconds > fastest * (1 + RANK_TOLERANCE):
             return (1, 0, 0, 0.0, 0, k.estimate.seconds)
         return (0, k.estimate.dram_bytes, _small_big_blocks(k.graph, k.estimate.dram_bytes), *_narrowness(k.graph),
-                _launch_shortfalls(k.graph), -k.graph.prim.units_per_block, k.estimate.seconds)
+                _launch_shortfalls(k.graph), _missing_blocks(k.graph), -k.graph.prim.units_per_block, k.estimate.seconds)
     return sorted(kernels, key=key)
 
 
@@ -555,15 +556,19 @@ def _narrowness(graph) -> tuple[float, float]:
 
 
 def _launch_shortfalls(graph) -> int:
-    """How far a launch falls short of the shape a GPU kernel should have unless it is tiny:
-    one for blocks under 128 threads, one for fewer than two blocks per SM / CU (0 fills the
-    machine). Graded, so that where no structure has both (ViT's LayerNorm: 197 rows, one a
-    block) the one with 192-thread blocks beats the one with 96. 0 on targets without 16-byte
-    accesses (the CPU: one-unit blocks, where this says nothing)."""
+    """How far a launch falls short of the shape a GPU kernel should have unless it is tiny
+    (`reblock.shortfalls`: one for blocks under 128 threads, one for fewer than two blocks per
+    SM / CU; 0 fills the machine). Graded, so that where no structure has both (ViT's
+    LayerNorm: 197 rows, one a block) the one with 192-thread blocks beats the one with 96. 0 on
+    targets without 16-byte accesses (the CPU: one-unit blocks, where this says nothing)."""
     t = graph.target
-    if t.timing.widest_access_bytes < 16:
-        return 0
-    return int(_small_blocks(graph)) + int(graph.prim.num_blocks < 2 * t.processors)
+    return shortfalls(graph.prim, t) if t.timing.widest_access_bytes >= 16 else 0
+
+
+def _missing_blocks(graph) -> int:
+    """Blocks short of two per SM / CU on a GPU (`reblock.missing_blocks`), 0 on the CPU."""
+    t = graph.target
+    return missing_blocks(graph.prim, t) if t.timing.widest_access_bytes >= 16 else 0
 
 
 # The quick estimate sums each operator's kernel alone, launches included, so a structure's

@@ -15,9 +15,10 @@ can be regrouped:
 
 Both keep every unit's coordinates affine, so each slice is rewritten exactly and the
 interpreter, race check and byte counts speak for the new form as for the old. The planner
-offers the forms that fall short of a full launch less often (`plan._launch_shortfalls`:
-blocks under 128 threads, fewer than two blocks per SM/CU) and ranks them with the time model
-like any other structure.
+offers the forms that fall short of a full launch less often (`shortfalls`: blocks under 128
+threads, fewer than two blocks per SM/CU), or as often with more blocks of 128 threads or more
+(`missing_blocks`), and ranks them with the time model like any other structure
+(`plan._ranked`: within its tolerance, the fuller launch).
 """
 from __future__ import annotations
 
@@ -32,10 +33,17 @@ MERGE_FACTORS = (2, 4, 8, 16)
 
 
 def shortfalls(prim: ParallelPrimitive, target) -> int:
-    """How far a launch shape falls short (as `plan._launch_shortfalls`): one for blocks under
-    MIN_THREADS threads, one for fewer than two blocks per SM / CU."""
+    """How far a GPU launch shape falls short of filling the device: one for blocks under
+    MIN_THREADS threads, one for fewer than two blocks per SM / CU (0: full)."""
     threads = prim.units_per_block * target.lanes_per_unit
     return int(threads < MIN_THREADS) + int(prim.num_blocks < 2 * target.processors)
+
+
+def missing_blocks(prim: ParallelPrimitive, target) -> int:
+    """Blocks short of two per SM / CU. Where no block size of a kernel gives that many (ViT's
+    LayerNorm on MI250X: 200 units of 64 lanes for 110 CUs), more blocks still put more of the
+    device's CUs, and their load units, to work."""
+    return max(0, 2 * target.processors - prim.num_blocks)
 
 
 def units_meet_in_blocks(graph: GIRGraph) -> bool:
@@ -113,15 +121,21 @@ def reblock_choices(graph: GIRGraph) -> list[Reblocked]:
         return []
     out = []
     upb, lanes = prim.units_per_block, t.lanes_per_unit
+
+    def better(new: ParallelPrimitive) -> bool:  # short less often, or as often with more blocks of enough threads
+        less = shortfalls(new, t)
+        return less < now or (less == now and new.num_blocks > prim.num_blocks and missing_blocks(prim, t)
+                              and new.units_per_block * lanes >= MIN_THREADS)
+
     for f in range(2, upb + 1):
-        if upb % f == 0 and shortfalls(ParallelPrimitive((*prim.grid, f), upb // f), t) < now:
+        if upb % f == 0 and better(ParallelPrimitive((*prim.grid, f), upb // f)):
             g = split_blocks(graph, f)
             if g is not None:
                 out.append(Reblocked(g, f"blocks of {upb // f * lanes} threads instead of {upb * lanes}: "
                                         f"{g.prim.num_blocks} blocks"))
     for f in MERGE_FACTORS:
         if (upb == 1 and prim.grid[-1] % f == 0 and f <= t.max_units_per_block
-                and shortfalls(ParallelPrimitive((*prim.grid[:-1], prim.grid[-1] // f), f), t) < now):
+                and better(ParallelPrimitive((*prim.grid[:-1], prim.grid[-1] // f), f))):
             g = merge_blocks(graph, f)
             if g is not None:
                 out.append(Reblocked(g, f"blocks of {f * lanes} threads instead of {lanes}: {g.prim.num_blocks} blocks"))
