@@ -127,7 +127,17 @@ def test_only_gpu_launches_that_fall_short_are_regrouped():
     choices = reblock_choices(one_warp)
     assert choices and all(shortfalls(c.graph.prim, CUDA) == 0 for c in choices)
     assert all(c.graph.prim.num_units == g.prim.num_units for c in choices)
-    assert {c.graph.prim.units_per_block for c in choices} >= {4}
+    assert max(c.graph.prim.units_per_block for c in choices) >= 4
+    # blocks of two units (64 threads): split into one-unit blocks, then merged along the old
+    # last grid axis, the same units again
+    two = merge_blocks(one_warp, 2)
+    assert two is not None and two.prim.units_per_block == 2
+    choices = reblock_choices(two)
+    assert choices and all(shortfalls(c.graph.prim, CUDA) == 0 for c in choices)
+    feeds = _feeds(model, g)
+    want = run(g, feeds).outputs
+    for c in choices:
+        _same(run(c.graph, feeds).outputs, want)
 
 
 def test_regrouped_kernels_compile_without_spills():

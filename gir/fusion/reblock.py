@@ -63,16 +63,19 @@ def split_blocks(graph: GIRGraph, f: int) -> GIRGraph | None:
                       [{"w": var(axis) * upb + var("w")}])
 
 
-def merge_blocks(graph: GIRGraph, f: int) -> GIRGraph | None:
-    """`graph` with f one-unit blocks along the grid's last axis as one block of f units, or
-    None where the kernel has more than one unit a block or f does not divide that axis."""
+def merge_blocks(graph: GIRGraph, f: int, axis: int = -1) -> GIRGraph | None:
+    """`graph` with f one-unit blocks along grid axis `axis` (the last by default) as one block
+    of f units, or None where the kernel has more than one unit a block or f does not divide
+    that axis. Units that never meet may be grouped along any axis: which units a block holds
+    is all that changes."""
     prim = graph.prim
-    if f < 2 or prim.units_per_block != 1 or prim.grid[-1] % f:
+    axis %= len(prim.grid)
+    if f < 2 or prim.units_per_block != 1 or prim.grid[axis] % f:
         return None
-    last = f"b{len(prim.grid) - 1}"
+    coord = f"b{axis}"
+    grid = (*prim.grid[:axis], prim.grid[axis] // f, *prim.grid[axis + 1:])
     # w is 0 in a one-unit block: pinned first, so the new w the second step brings stays
-    return _regrouped(graph, ParallelPrimitive((*prim.grid[:-1], prim.grid[-1] // f), f),
-                      [{"w": Affine(0)}, {last: var(last) * f + var("w")}])
+    return _regrouped(graph, ParallelPrimitive(grid, f), [{"w": Affine(0)}, {coord: var(coord) * f + var("w")}])
 
 
 def _regrouped(graph: GIRGraph, prim: ParallelPrimitive, steps: list[dict]) -> GIRGraph | None:
@@ -133,10 +136,29 @@ def reblock_choices(graph: GIRGraph) -> list[Reblocked]:
             if g is not None:
                 out.append(Reblocked(g, f"blocks of {upb // f * lanes} threads instead of {upb * lanes}: "
                                         f"{g.prim.num_blocks} blocks"))
+    # blocks of too few units: one-unit blocks merged along the last grid axis that f divides;
+    # a block of several units split into one-unit blocks first, and merged along an axis
+    # other than the one that split made (RedNet-50's stride-2 involution: 25088 blocks of two
+    # 32-lane units)
+    ones = graph if upb == 1 else split_blocks(graph, upb)
+    if ones is None or upb * lanes >= MIN_THREADS:
+        return out
+    axes = range(len(ones.prim.grid) - (upb > 1))
     for f in MERGE_FACTORS:
-        if (upb == 1 and prim.grid[-1] % f == 0 and f <= t.max_units_per_block
-                and better(ParallelPrimitive((*prim.grid[:-1], prim.grid[-1] // f), f))):
-            g = merge_blocks(graph, f)
+        axis = next((a for a in reversed(axes) if ones.prim.grid[a] % f == 0), None)
+        if axis is None or f > t.max_units_per_block:
+            continue
+        grid = ones.prim.grid
+        if better(ParallelPrimitive((*grid[:axis], grid[axis] // f, *grid[axis + 1:]), f)):
+            g = merge_blocks(ones, f, axis)
             if g is not None:
-                out.append(Reblocked(g, f"blocks of {f * lanes} threads instead of {lanes}: {g.prim.num_blocks} blocks"))
+                out.append(Reblocked(g, f"blocks of {f * lanes} threads instead of {upb * lanes}: {g.prim.num_blocks} blocks"))
+    return out
+    for f in MERGE_FACTORS:
+        n = ones.prim.grid[axis]
+        merged = (*ones.prim.grid[:axis % len(ones.prim.grid)], n // f, *ones.prim.grid[axis % len(ones.prim.grid) + 1:])
+        if n % f == 0 and f <= t.max_units_per_block and better(ParallelPrimitive(merged, f)):
+            g = merge_blocks(ones, f, axis)
+            if g is not None:
+                out.append(Reblocked(g, f"blocks of {f * lanes} threads instead of {upb * lanes}: {g.prim.num_blocks} blocks"))
     return out
