@@ -99,9 +99,42 @@ def check_valid(path: str) -> int:
             got = Session(path, target="cpu", engine=engine, limit=1).run(None, feeds)
         except Exception as e:  # noqa: BLE001 -- classified by _refusal
             return _refusal(engine, e)
-        if any(_differs(engine, out.name, a, b) for out, a, b in zip(model.graph.output, got, want)):
+        if any(_differs(engine, out.name, a, b) and not _near_tie(model, feeds, out.name, a, b)
+               for out, a, b in zip(model.graph.output, got, want)):
             return 10
     return 0
+
+
+def _near_tie(model, feeds: dict, name: str, got, want) -> bool:
+    """Whether a differing output is an ArgMax / ArgMin (through Casts) whose indices both
+    point at values within tolerance of each other in onnxruntime's own input to it: a tie
+    broken differently. onnxruntime computes a vector loop's tail element by other code than
+    the rest (sin(tanh(1)) was 0.69007605 in 32 lanes and 0.6900761 in the 33rd), so its
+    ArgMax over equal values can pick the last one (fuzz seed 10, case 119)."""
+    import onnxruntime as ort
+    producer = {o: n for n in model.graph.node for o in n.output}
+    node = producer.get(name)
+    while node is not None and node.op_type in ("Cast", "Identity"):
+        node = producer.get(node.input[0])
+    if node is None or node.op_type not in ("ArgMax", "ArgMin"):
+        return False
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    axis, keep = attrs.get("axis", 0), attrs.get("keepdims", 1)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.append(onnx.helper.make_value_info(node.input[0], onnx.TypeProto()))
+    x = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"]).run([node.input[0]], feeds)[0]
+    axis %= x.ndim
+    pick = lambda idx: np.take_along_axis(x, np.asarray(idx).astype(np.int64).reshape(  # noqa: E731
+        [*(x.shape[:axis]), 1, *(x.shape[axis + 1:])] if not keep else np.asarray(idx).shape), axis)
+    try:
+        a, b = pick(got), pick(want)
+    except (ValueError, IndexError):
+        return False
+    if not np.allclose(a, b, RTOL, ATOL, equal_nan=True):
+        return False
+    print(f"  {name!r}: a tie in {node.op_type}'s input, broken differently (values within tolerance): accepted")
+    return True
 
 
 def check_gpu(path: str, target_name: str) -> int:
