@@ -121,7 +121,8 @@ def test_bench_gpu_times_both_sides_of_the_time_check(monkeypatch, tmp_path):
         def torch_latencies(self, model, feeds, reference):
             return {"torch_note": "no torch here"}
 
-    model = _conv_relu(size=32)
+    # 128 output channels: with 64, its GIR kernels in 128-thread blocks model under the call
+    model = _conv_relu(channels_out=128, size=32)
     assert bench_gpu.plan_only(model, "h100", 1) == 1
     planned = sorted(p.name for p in (tmp_path / "plan").rglob("*") if p.is_file())
     assert planned and not (tmp_path / "session").exists()  # kernels cached, no whole sessions (weights)
@@ -169,7 +170,7 @@ def test_a_model_file_planned_elsewhere_is_read_back_whole(monkeypatch, tmp_path
 
     bench_gpu = _script("bench_gpu")
     monkeypatch.setenv("GIR_CACHE_DIR", str(tmp_path / "cache"))
-    model = _conv_relu(size=32)
+    model = _conv_relu(channels_out=128, size=32)  # given back by the time check (see above)
     path = bench_gpu.saved(model, "conv_relu", str(tmp_path / "here"))
     assert bench_gpu.plan_only(path, "h100", 1) == 1
     assert len(list((tmp_path / "cache" / "session").glob("*.pkl"))) == 2  # the time check's plan, the ridge rule's
