@@ -58,9 +58,10 @@ def _same(a: dict, b: dict):
 
 
 def test_a_one_warp_block_kernel_runs_in_128_thread_blocks():
-    """The ReLU + pool kernel's units are one output row each, one to a block (32 threads: half
-    an H100 SM's warps under its 32-block limit). The planner regroups four neighbouring rows a
-    block and the result still matches onnxruntime."""
+    """The ReLU + pool kernel's units are output rows, one to a block as the pool's template
+    tiles it (32 threads: half an H100 SM's warps under its 32-block limit). The planner
+    regroups them into blocks of 128 threads or more, and the result still matches onnxruntime
+    on the interpreter and the emitted CUDA on the CPU harness."""
     model = _relu_pool(128, 56)
     (g,) = _kernels(model, CUDA)
     assert g.prim.units_per_block * CUDA.lanes_per_unit >= 128 and shortfalls(g.prim, CUDA) == 0

@@ -154,11 +154,3 @@ def reblock_choices(graph: GIRGraph) -> list[Reblocked]:
             if g is not None:
                 out.append(Reblocked(g, f"blocks of {f * lanes} threads instead of {upb * lanes}: {g.prim.num_blocks} blocks"))
     return out
-    for f in MERGE_FACTORS:
-        n = ones.prim.grid[axis]
-        merged = (*ones.prim.grid[:axis % len(ones.prim.grid)], n // f, *ones.prim.grid[axis % len(ones.prim.grid) + 1:])
-        if n % f == 0 and f <= t.max_units_per_block and better(ParallelPrimitive(merged, f)):
-            g = merge_blocks(ones, f, axis)
-            if g is not None:
-                out.append(Reblocked(g, f"blocks of {f * lanes} threads instead of {upb * lanes}: {g.prim.num_blocks} blocks"))
-    return out
