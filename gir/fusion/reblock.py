@@ -1,17 +1,16 @@
 """Reblock: the same units of a GPU kernel grouped into blocks of another size.
 
 A template picks its units per block with the operators' tiling in mind, and the pick can leave
-a kernel that moves megabytes with too few blocks to fill the device (EfficientNet-B0's SiLU +
-GlobalAveragePool on MI250X: 128 blocks of 512 threads for 110 CUs) or with one-warp blocks
-that cap an SM's occupancy at the 32-blocks limit (RedNet-50's ReLU + 2x2 average pool: 3584
-blocks of 32 threads). Where the kernel's units never meet inside a block (no shared memory,
+a kernel that moves megabytes with too few blocks to fill the device (BERT's pooler GEMV on the
+H100: 96 blocks of 256 threads for 132 SMs) or with one-warp blocks that cap an SM's occupancy
+at the 32-blocks limit (RedNet-50's ReLU + 2x2 average pool: 3584 blocks of 32 threads). Where the kernel's units never meet inside a block (no shared memory,
 no block-scope sync), which units share a block changes nothing they compute, so the kernel
 can be regrouped:
 
 - split: blocks of `units_per_block / f` units, the old block's units spread over a new last
   grid axis of extent f (old w = new units_per_block * b_new + w);
-- merge (one unit per block only): f neighbouring blocks along the grid's last axis become one
-  block of f units (old b_last = f * b_last + w).
+- merge (one unit per block only): f neighbouring blocks along a grid axis become one block of
+  f units (old b_k = f * b_k + w); blocks of a few units are split into one-unit blocks first.
 
 Both keep every unit's coordinates affine, so each slice is rewritten exactly and the
 interpreter, race check and byte counts speak for the new form as for the old. The planner
