@@ -38,7 +38,7 @@ from .perf import Estimate, estimate, quick_estimate
 from .commute import pooling_before_monotone_ops
 from .recompute import recompute_cheap_producers
 from .reorder import innermost_reductions
-from .reblock import missing_blocks, reblock_choices, shortfalls
+from .reblock import MIN_THREADS, missing_blocks, reblock_choices, shortfalls
 from .spread import spread_choices
 
 
@@ -545,7 +545,7 @@ def _small_blocks(graph) -> bool:
     """Blocks under 128 threads on a target with 16-byte accesses (a GPU; the CPU's one-unit
     blocks say nothing)."""
     t = graph.target
-    return t.timing.widest_access_bytes >= 16 and graph.prim.units_per_block * t.lanes_per_unit < 128
+    return t.timing.widest_access_bytes >= 16 and graph.prim.units_per_block * t.lanes_per_unit < MIN_THREADS
 
 
 def _narrowness(graph) -> tuple[float, float]:

@@ -139,8 +139,10 @@ def reblock_choices(graph: GIRGraph) -> list[Reblocked]:
     # a block of several units split into one-unit blocks first, and merged along an axis
     # other than the one that split made (RedNet-50's stride-2 involution: 25088 blocks of two
     # 32-lane units)
+    if upb * lanes >= MIN_THREADS:
+        return out
     ones = graph if upb == 1 else split_blocks(graph, upb)
-    if ones is None or upb * lanes >= MIN_THREADS:
+    if ones is None:
         return out
     axes = range(len(ones.prim.grid) - (upb > 1))
     for f in MERGE_FACTORS:
